@@ -1,0 +1,29 @@
+// Reading specs from YAML. All functions throw SpecError (Diagnostic.h) on bad input.
+#pragma once
+
+#include "linac/Spec/Spec.h"
+
+#include <string>
+#include <string_view>
+
+namespace linac::spec {
+
+/// Parses and validates a variant spec. `file` is used in locations and the hash.
+VariantSpec parseVariant(std::string_view text, const std::string& file);
+VariantSpec loadVariant(const std::string& path);
+
+/// Parses an expression string that starts at `start` (line/col of its first character).
+ExprPtr parseExpr(std::string_view text, const SourceLoc& start);
+
+/// A schedule as given on the command line ("3:1", "pure", "transformer", "3,7,11") or a
+/// schedule file (specs/schedules/*.yaml).
+ScheduleSpec parseSchedule(std::string_view text, const SourceLoc& where);
+ScheduleSpec loadSchedule(const std::string& pathOrText);
+
+/// A preset by name (searched in `presetDir`) or path.
+PresetSpec loadPreset(const std::string& nameOrPath, const std::string& presetDir);
+
+/// Hex SHA-256 of bytes (used for spec hashes).
+std::string sha256Hex(std::string_view bytes);
+
+}  // namespace linac::spec

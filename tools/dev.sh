@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine (README.md's two commands, and CI through .ci/run).
+#   tools/dev.sh demo   install, build, compile every spec into generated/-style output, print one's IR
+#   tools/dev.sh test   install, build, run the whole test suite and `linac compile --check`
+#   tools/dev.sh build  install and build only
+# Environment: BUILD_DIR (default build), JOBS (default 2), LINAC_SKIP_SETUP=1 to skip installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-2}
+
+setup() {
+  [ "${LINAC_SKIP_SETUP:-0}" = 1 ] || bash tools/setup.sh
+}
+
+configure_and_build() {
+  local torch_prefix
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="/usr/lib/llvm-22;${torch_prefix}" \
+      -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+  fi
+  local start=$SECONDS
+  ninja -C "$BUILD_DIR" -j "$JOBS"
+  echo "build: $((SECONDS - start)) s"
+}
+
+case "${1:-}" in
+  build)
+    setup; configure_and_build ;;
+  demo)
+    setup; configure_and_build
+    out=$(mktemp -d)
+    for spec in specs/*.yaml; do
+      "$BUILD_DIR/bin/linac" compile "$spec" --out "$out"
+    done
+    echo "== linac compile specs/gated_deltanet.yaml --emit=ir-opt"
+    "$BUILD_DIR/bin/linac" compile specs/gated_deltanet.yaml --emit=ir-opt
+    echo "generated code for every spec is in $out" ;;
+  test)
+    setup; configure_and_build
+    start=$SECONDS
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE gpu
+    "$BUILD_DIR/bin/linac" compile --check
+    echo "tests: $((SECONDS - start)) s" ;;
+  *)
+    echo "usage: tools/dev.sh demo|test|build" >&2; exit 2 ;;
+esac

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: system packages (LLVM/MLIR 22, yaml-cpp, fmt,
+# GoogleTest, ninja) and the LibTorch that the PyPI torch wheel carries. Safe to run repeatedly:
+# each step is skipped when what it installs is already present.
+set -euo pipefail
+
+APT_PACKAGES=(
+  cmake ninja-build g++ python3-pip
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libyaml-cpp-dev libfmt-dev libgtest-dev nlohmann-json3-dev libsentencepiece-dev
+)
+TORCH_VERSION=2.11.0
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION (LibTorch for the runtime)"
+  $PY -m pip install -q "torch==$TORCH_VERSION"
+fi
+# lit and FileCheck drive the dialect tests; lit comes with llvm-22-tools, FileCheck too.
+echo "setup: ok"
