@@ -27,7 +27,7 @@ enum class ExprKind { Number, Ref, Neg, Binary, Call };
 
 /// An expression tree: numbers, references (inputs, params, definitions, `head`, `layer`,
 /// `num_layers`, `head_dim`...), unary minus, + - * /, and calls of the built-in functions
-/// (exp log sigmoid logsigmoid softplus silu tanh sqrt rsqrt min max clamp abs).
+/// (exp log sigmoid logsigmoid softplus silu tanh sqrt rsqrt min max clamp abs pow).
 struct Expr {
   ExprKind kind = ExprKind::Number;
   SourceLoc loc;                             // where the node starts
@@ -46,7 +46,8 @@ std::string toString(const Expr& e);
 /// The per-token size of a value within one head (for `hidden`: the whole model width).
 enum class Extent { Scalar, Head, Key, Value, Hidden };
 
-enum class Activation { None, Silu, Sigmoid, Swish = Silu, Relu, Tanh, Elu1 };
+// Swish is an alias of Silu; it comes last so that it does not renumber the others.
+enum class Activation { None, Silu, Sigmoid, Relu, Tanh, Elu1, Swish = Silu };
 
 /// A per-head dimension, absolute or as a ratio of the model width (total width = expand *
 /// hidden, split over heads).
@@ -70,6 +71,7 @@ struct InputSpec {
   bool l2norm = false;           // L2-normalise per head
   bool tokenShift = false;       // RWKV-style: project (x_{t-1} - x_t) mixed into x_t
   bool bias = false;
+  bool rope = false;             // rotary position embedding on this input (RetNet's q, k)
 };
 
 enum class InitKind { Zeros, Ones, Constant, Normal, Uniform, LogUniform, DtBias };
@@ -160,6 +162,7 @@ struct ScheduleSpec {
   int64_t ratio = 0;
   std::vector<int64_t> attentionLayers;
   std::string text;         // as written, for messages and names ("3:1")
+  SourceLoc loc;            // where it was written, for expand()'s range errors
   /// true at index i when layer i is full attention; throws SpecError when an explicit index
   /// is out of range.
   std::vector<bool> expand(int64_t numLayers) const;

@@ -19,9 +19,13 @@ ExprPtr parseExpr(std::string_view text, const SourceLoc& start);
 /// schedule file (specs/schedules/*.yaml).
 ScheduleSpec parseSchedule(std::string_view text, const SourceLoc& where);
 ScheduleSpec loadSchedule(const std::string& pathOrText);
+/// The contents of a schedule file (a mapping with `schedule:` or `attention_layers:`).
+ScheduleSpec parseScheduleFile(std::string_view text, const std::string& file);
 
 /// A preset by name (searched in `presetDir`) or path.
 PresetSpec loadPreset(const std::string& nameOrPath, const std::string& presetDir);
+/// The contents of a preset file (specs/presets/*.yaml).
+PresetSpec parsePreset(std::string_view text, const std::string& file);
 
 /// Hex SHA-256 of bytes (used for spec hashes).
 std::string sha256Hex(std::string_view bytes);

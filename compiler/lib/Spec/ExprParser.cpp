@@ -1,0 +1,229 @@
+// The expression language: a recursive-descent parser with exact source locations, and
+// toString. Grammar (lowest precedence first):
+//   expr    := term (('+' | '-') term)*
+//   term    := unary (('*' | '/') unary)*
+//   unary   := '-' unary | primary
+//   primary := number | name | name '(' expr (',' expr)* ')' | '(' expr ')'
+// Names and functions are resolved later (ExprAnalysis.cpp), where the spec's names are known.
+#include "Internal.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+namespace linac::spec {
+namespace detail {
+namespace {
+
+// Nesting deeper than this is not a plausible spec and would exhaust the stack on hostile input.
+constexpr int kMaxDepth = 200;
+
+class ExprParser {
+public:
+  ExprParser(std::string_view text, const TextOrigin& origin) : text_(text), origin_(origin) {}
+
+  ExprPtr parse() {
+    skipSpace();
+    if (pos_ >= text_.size()) throw SpecError(locAt(pos_), "empty expression");
+    ExprPtr e = parseSum();
+    skipSpace();
+    if (pos_ < text_.size()) throw SpecError(locAt(pos_), fmt::format("unexpected {} after the expression", describe(pos_)));
+    return e;
+  }
+
+private:
+  SourceLoc locAt(size_t offset) const {
+    SourceLoc loc = origin_.start;
+    for (size_t i = 0; i < offset && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++loc.line;
+        loc.col = origin_.continuationCol;
+      } else {
+        ++loc.col;
+      }
+    }
+    return loc;
+  }
+
+  std::string describe(size_t offset) const {
+    if (offset >= text_.size()) return "end of expression";
+    return fmt::format("'{}'", text_[offset]);
+  }
+
+  void skipSpace() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+
+  bool accept(char c) {
+    skipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  std::shared_ptr<Expr> node(ExprKind kind, size_t at) const {
+    auto e = std::make_shared<Expr>();
+    e->kind = kind;
+    e->loc = locAt(at);
+    return e;
+  }
+
+  struct DepthGuard {
+    explicit DepthGuard(ExprParser& p, size_t at) : p(p) {
+      if (++p.depth_ > kMaxDepth)
+        throw SpecError(p.locAt(at), fmt::format("expression nests deeper than {} levels", kMaxDepth));
+    }
+    ~DepthGuard() { --p.depth_; }
+    ExprParser& p;
+  };
+
+  static ExprPtr binary(char op, ExprPtr lhs, ExprPtr rhs) {
+    auto e = std::make_shared<Expr>();
+    e->kind = ExprKind::Binary;
+    e->loc = lhs->loc;  // a binary node starts where its left operand starts
+    e->op = op;
+    e->args = {std::move(lhs), std::move(rhs)};
+    return e;
+  }
+
+  ExprPtr parseSum() {
+    ExprPtr lhs = parseTerm();
+    for (;;) {
+      skipSpace();
+      if (pos_ >= text_.size() || (text_[pos_] != '+' && text_[pos_] != '-')) return lhs;
+      char op = text_[pos_++];
+      lhs = binary(op, lhs, parseTerm());
+    }
+  }
+
+  ExprPtr parseTerm() {
+    ExprPtr lhs = parseUnary();
+    for (;;) {
+      skipSpace();
+      if (pos_ >= text_.size() || (text_[pos_] != '*' && text_[pos_] != '/')) return lhs;
+      char op = text_[pos_++];
+      lhs = binary(op, lhs, parseUnary());
+    }
+  }
+
+  ExprPtr parseUnary() {
+    skipSpace();
+    DepthGuard guard(*this, pos_);
+    if (pos_ < text_.size() && text_[pos_] == '-') {
+      auto e = node(ExprKind::Neg, pos_++);
+      e->args = {parseUnary()};
+      return e;
+    }
+    return parsePrimary();
+  }
+
+  ExprPtr parsePrimary() {
+    skipSpace();
+    if (pos_ >= text_.size()) throw SpecError(locAt(pos_), "expected an operand, found end of expression");
+    const size_t start = pos_;
+    const char c = text_[pos_];
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return parseNumber();
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
+      std::string name(text_.substr(start, pos_ - start));
+      if (!accept('(')) {
+        auto e = node(ExprKind::Ref, start);
+        e->name = std::move(name);
+        return e;
+      }
+      auto e = node(ExprKind::Call, start);
+      e->name = std::move(name);
+      if (accept(')')) throw SpecError(locAt(pos_ - 1), fmt::format("function '{}' needs arguments", e->name));
+      do {
+        e->args.push_back(parseSum());
+      } while (accept(','));
+      expectClose();
+      return e;
+    }
+    if (c == '(') {
+      ++pos_;
+      ExprPtr inner = parseSum();
+      expectClose();
+      return inner;
+    }
+    throw SpecError(locAt(pos_), fmt::format("expected an operand, found {}", describe(pos_)));
+  }
+
+  void expectClose() {
+    if (!accept(')')) throw SpecError(locAt(pos_), fmt::format("expected ')', found {}", describe(pos_)));
+  }
+
+  ExprPtr parseNumber() {
+    const size_t start = pos_;
+    auto digits = [&] {
+      size_t n = 0;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_, ++n;
+      return n;
+    };
+    size_t mantissa = digits();
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      mantissa += digits();
+    }
+    if (mantissa == 0) throw SpecError(locAt(start), "malformed number: expected digits");
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (digits() == 0) throw SpecError(locAt(pos_), "malformed number: expected exponent digits");
+    }
+    double value = 0;
+    std::string_view lexeme = text_.substr(start, pos_ - start);
+    // from_chars rejects a leading '.', which the grammar allows.
+    std::string spelled = lexeme.front() == '.' ? "0" : "";
+    spelled.append(lexeme);
+    if (!parseDouble(spelled, value))
+      throw SpecError(locAt(start), fmt::format("number '{}' is out of range", lexeme));
+    auto e = node(ExprKind::Number, start);
+    e->number = value;
+    return e;
+  }
+
+  std::string_view text_;
+  TextOrigin origin_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+ExprPtr parseExprAt(std::string_view text, const TextOrigin& origin) {
+  return ExprParser(text, origin).parse();
+}
+
+}  // namespace detail
+
+ExprPtr parseExpr(std::string_view text, const SourceLoc& start) {
+  return detail::parseExprAt(text, detail::TextOrigin{start, 1});
+}
+
+std::string toString(const Expr& e) {
+  switch (e.kind) {
+    case ExprKind::Number:
+      // fmt's shortest round-trip form: parsing it back gives the same double.
+      return fmt::format("{}", e.number);
+    case ExprKind::Ref:
+      return e.name;
+    case ExprKind::Neg:
+      return "(-" + toString(*e.args.at(0)) + ")";
+    case ExprKind::Binary:
+      return fmt::format("({} {} {})", toString(*e.args.at(0)), e.op, toString(*e.args.at(1)));
+    case ExprKind::Call: {
+      std::string out = e.name + "(";
+      for (size_t i = 0; i < e.args.size(); ++i) {
+        if (i) out += ", ";
+        out += toString(*e.args[i]);
+      }
+      return out + ")";
+    }
+  }
+  return "?";
+}
+
+}  // namespace linac::spec
