@@ -1,0 +1,79 @@
+//===- Passes.td - linac passes ------------------------------*- tablegen -*-===//
+
+#ifndef LINAC_TRANSFORMS_PASSES_TD
+#define LINAC_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LinacVerifyPass : Pass<"linac-verify", "::mlir::ModuleOp"> {
+  let summary = "check linac IR at a stage boundary";
+  let description = [{
+    Checks what op verifiers cannot: every `linac.variant` holds exactly one
+    `linac.recurrence` and one `linac.output` (its last op), the output
+    consumes the recurrence result (directly or through `linac.map`s), and
+    every `linac.model` symbol resolves to a variant / attention op. Unused
+    inputs and params are reported as warnings.
+
+    Example: `linac-opt -linac-verify in.mlir`
+  }];
+}
+
+def LinacInferDecayClassPass : Pass<"linac-infer-decay-class", "::mlir::ModuleOp"> {
+  let summary = "infer the decay class of every recurrence";
+  let description = [{
+    Sets `decay_class` from the decay operand: absent -> none; constant ->
+    fixed; token with extent scalar/head -> scalar; token with a channel
+    extent -> diagonal. A decay produced by a `linac.map` whose body yields
+    the constant 0 -> none.
+
+    Example: `linac-opt -linac-infer-decay-class in.mlir`
+  }];
+  let dependentDialects = ["::mlir::linac::LinacDialect"];
+}
+
+def LinacDifferentiatePass : Pass<"linac-differentiate", "::mlir::ModuleOp"> {
+  let summary = "derive gradients of prologue maps (reverse mode)";
+  let description = [{
+    For every `linac.map` result that feeds a recurrence's `decay`, `beta` or
+    `k` operand directly, creates right after the map a
+    `linac.map {role = "grad:<operand>"}` over the same operands whose i-th
+    result is d(result)/d(operand i), built by reverse-mode differentiation
+    of the scalar body. If the map has several results, the differentiated
+    result's index is in the `result` attribute of the gradient map.
+
+    Supported: arith.addf subf mulf divf negf maximumf minimumf maxnumf
+    minnumf select constant cmpf (no gradient), math.exp expm1 log log1p tanh
+    sqrt rsqrt absf powf.
+
+    Example: `linac-opt -linac-differentiate in.mlir`
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
+def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"> {
+  let summary = "pick the kernel algorithm and tile of every recurrence";
+  let description = [{
+    Sets `algorithm`: vector state -> vector_scan; additive -> chunk_additive;
+    delta -> chunk_delta. Also sets `tile`, a dictionary of i64 entries:
+    `chunk` (the variant's chunk, default 64) for every algorithm, plus for
+    matrix states `block_v` (64) and, for `cuda`, `num_warps` (4).
+
+    Example: `linac-opt -linac-select-algorithm=target=cuda in.mlir`
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "kernel target: cpu or cuda">
+  ];
+}
+
+def LinacExpandSchedulePass : Pass<"linac-expand-schedule", "::mlir::ModuleOp"> {
+  let summary = "expand a model's schedule into one symbol per layer";
+  let description = [{
+    Fills `layers` of every `linac.model` from `schedule` and `num_layers`:
+    one `@linear` or `@attention` symbol per layer.
+
+    Example: `linac-opt -linac-expand-schedule in.mlir`
+  }];
+}
+
+#endif // LINAC_TRANSFORMS_PASSES_TD

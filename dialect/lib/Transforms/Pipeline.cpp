@@ -1,0 +1,20 @@
+//===- Pipeline.cpp - the linac optimisation pipeline ----------------------===//
+
+#include "linac/Dialect/Linac/Transforms/Passes.h"
+
+#include "mlir/Transforms/Passes.h"
+
+void mlir::linac::buildLinacPipeline(OpPassManager &pm, llvm::StringRef target) {
+  pm.addPass(createLinacVerifyPass());
+  pm.addPass(createLinacInferDecayClassPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createLinacDifferentiatePass());
+  // Fold the arith in the new gradient bodies (gradient maps are kept).
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  LinacSelectAlgorithmPassOptions options;
+  options.target = target.str();
+  pm.addPass(createLinacSelectAlgorithmPass(options));
+  pm.addPass(createLinacExpandSchedulePass());
+  pm.addPass(createLinacVerifyPass());
+}
