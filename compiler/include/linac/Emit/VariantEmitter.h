@@ -1,0 +1,22 @@
+// Emits the generated files of one compiled spec from its optimised linac IR:
+//   <name>/<name>.h        kind constants, input/param tables, the prologue functions (one per
+//                          linac.map role) and their derivatives (from linac-differentiate),
+//                          compiled unchanged by the host compiler and nvcc
+//   <name>/manifest.json   what the runtime and `linac emit` need to know without C++
+#pragma once
+
+#include "linac/Spec/Spec.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <map>
+#include <string>
+
+namespace linac::emit {
+
+/// Relative path -> contents. Throws std::runtime_error when the IR is not in the form the
+/// pipeline produces (e.g. a recurrence without a selected algorithm).
+std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
+                                                    const spec::VariantSpec& spec);
+
+}  // namespace linac::emit

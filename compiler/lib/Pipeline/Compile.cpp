@@ -1,0 +1,113 @@
+#include "linac/Pipeline/Compile.h"
+
+#include "SpecDump.h"
+#include "linac/Conversion/SpecToLinac.h"
+#include "linac/Dialect/Linac/Transforms/Passes.h"
+#include "linac/Emit/VariantEmitter.h"
+#include "linac/Spec/Diagnostic.h"
+#include "linac/Spec/SpecParser.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace linac::pipeline {
+namespace {
+
+/// Everything parsed from the command line's files, kept alive while IR refers to it.
+struct Inputs {
+  spec::VariantSpec variant;
+  spec::PresetSpec preset;
+  spec::ScheduleSpec schedule;
+  std::optional<spec::VariantSpec> attention;
+};
+
+Inputs loadInputs(const CompileOptions& o) {
+  Inputs in;
+  in.variant = spec::loadVariant(o.specPath);
+  in.preset = spec::loadPreset(o.preset, o.specsDir + "/presets");
+  in.schedule = spec::loadSchedule(o.schedule);
+  std::string attentionPath = o.specsDir + "/attention.yaml";
+  if (in.variant.kind == spec::VariantKind::Linear && std::filesystem::exists(attentionPath))
+    in.attention = spec::loadVariant(attentionPath);
+  return in;
+}
+
+/// Collects MLIR diagnostics so a failing stage reports them in its exception.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(mlir::MLIRContext& ctx)
+      : handler_(&ctx, [this](mlir::Diagnostic& d) {
+          llvm::raw_string_ostream os(text_);
+          os << d.getLocation() << ": " << d << "\n";
+          return mlir::success();
+        }) {}
+  const std::string& text() const { return text_; }
+
+private:
+  std::string text_;
+  mlir::ScopedDiagnosticHandler handler_;
+};
+
+std::string print(mlir::ModuleOp m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os);
+  return s;
+}
+
+/// Builds the IR for `in` and, when `optimise`, runs the linac pipeline on it.
+mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext& ctx, const Inputs& in,
+                                                const CompileOptions& o, bool optimise) {
+  DiagnosticCollector diags(ctx);
+  ModelContext model{&in.preset, in.attention ? &*in.attention : nullptr, &in.schedule};
+  auto module = buildModule(ctx, in.variant, model);
+  if (mlir::failed(mlir::verify(*module)))
+    throw std::runtime_error("internal error: spec-to-IR produced invalid IR for " + o.specPath +
+                             ":\n" + diags.text());
+  if (!optimise) return module;
+  mlir::PassManager pm(&ctx);
+  mlir::linac::buildLinacPipeline(pm, o.target);
+  if (mlir::failed(pm.run(*module)))
+    throw std::runtime_error("the linac pipeline failed on " + o.specPath + ":\n" + diags.text());
+  return module;
+}
+
+}  // namespace
+
+Stage parseStage(const std::string& text) {
+  if (text == "spec") return Stage::Spec;
+  if (text == "ir") return Stage::IR;
+  if (text == "ir-opt") return Stage::IROpt;
+  if (text == "cpp") return Stage::Cpp;
+  throw std::invalid_argument("unknown --emit stage '" + text +
+                              "'; valid stages are spec, ir, ir-opt, cpp");
+}
+
+std::string dumpStage(const CompileOptions& options, Stage stage) {
+  Inputs in = loadInputs(options);
+  if (stage == Stage::Spec) return dumpSpec(in.variant);
+  mlir::MLIRContext ctx;
+  auto module = compileModule(ctx, in, options, stage != Stage::IR);
+  if (stage != Stage::Cpp) return print(*module);
+  std::string all;
+  for (const auto& [path, text] : emit::emitVariantFiles(*module, in.variant))
+    all += "// ===== " + path + "\n" + text;
+  return all;
+}
+
+FileSet generate(const CompileOptions& options) {
+  Inputs in = loadInputs(options);
+  mlir::MLIRContext ctx;
+  auto module = compileModule(ctx, in, options, /*optimise=*/true);
+  auto files = emit::emitVariantFiles(*module, in.variant);
+  return FileSet(files.begin(), files.end());
+}
+
+}  // namespace linac::pipeline

@@ -1,0 +1,10 @@
+// Entry points of the `linac` subcommands; each returns the process exit code and throws
+// UsageError / spec::SpecError / std::exception for main() to report.
+#pragma once
+
+namespace linac::cli {
+
+bool compilerAvailable();
+int runCompile(int argc, char** argv);
+
+}  // namespace linac::cli

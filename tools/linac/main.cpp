@@ -1,0 +1,47 @@
+// `linac`: the command researchers run. Each subcommand lives in its own file; which ones exist
+// depends on the build (the compiler needs MLIR, verify/train need the runtime).
+#include "Args.h"
+#include "Commands.h"
+
+#include "linac/Spec/Diagnostic.h"
+
+#include <cstring>
+#include <iostream>
+
+namespace {
+
+void printUsage(std::ostream& os) {
+  os << "usage: linac <command> [options]\n\n"
+        "commands:\n"
+        "  compile SPEC [--emit=spec|ir|ir-opt|cpp] [--schedule S] [--preset P] [--out DIR]\n"
+        "                       compile a spec; print a stage or write generated/<variant>/\n"
+        "  compile --check      regenerate every spec and diff with generated/\n"
+        "  help                 this text\n";
+  if (!linac::cli::compilerAvailable())
+    os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help")) {
+    printUsage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  try {
+    if (command == "compile") return linac::cli::runCompile(argc, argv);
+    std::string hint = linac::spec::closestMatch(command, {"compile", "help"});
+    throw linac::cli::UsageError("unknown command '" + command + "'" +
+                                 (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+  } catch (const linac::spec::SpecError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const linac::cli::UsageError& e) {
+    std::cerr << "linac " << command << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "linac " << command << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
