@@ -1,0 +1,79 @@
+// chunkForward: argument checks and dispatch over element type to the per-type instantiations.
+#include "chunk_forward.cuh"
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+namespace linac::kernels::cuda {
+
+template <typename T>
+void launchChunkForward(const ChunkFwdParams<T>& p, int key_dim, bool delta, bool diag,
+                        int num_seqs, cudaStream_t stream);
+extern template void launchChunkForward<float>(const ChunkFwdParams<float>&, int, bool, bool, int,
+                                               cudaStream_t);
+extern template void launchChunkForward<__nv_bfloat16>(const ChunkFwdParams<__nv_bfloat16>&, int,
+                                                       bool, bool, int, cudaStream_t);
+extern template void launchChunkForward<__half>(const ChunkFwdParams<__half>&, int, bool, bool,
+                                                int, cudaStream_t);
+
+namespace {
+template <typename T>
+void run(const RecurrenceKind& kind, const RecurrenceShape& s, const RecurrenceForwardArgs& a,
+         int num_seqs, cudaStream_t stream) {
+  ChunkFwdParams<T> p{};
+  p.q = static_cast<const T*>(a.q);
+  p.k = static_cast<const T*>(a.k);
+  p.v = static_cast<const T*>(a.v);
+  p.g = a.g;
+  p.beta = a.beta;
+  p.u = a.u;
+  p.h0 = a.h0;
+  p.o = static_cast<T*>(a.o);
+  p.ht = a.ht;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.heads = int(s.heads);
+  p.value_dim = int(s.value_dim);
+  p.scale = a.scale;
+  p.decay = int(kind.decay);
+  p.exclusive = kind.readout == Readout::ExclusiveBonus ? 1 : 0;
+  launchChunkForward<T>(p, int(s.key_dim), kind.update == UpdateRule::Delta,
+                        kind.decay == DecayClass::Diagonal, num_seqs, stream);
+}
+}  // namespace
+
+void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                  const RecurrenceForwardArgs& args, cudaStream_t stream) {
+  LINAC_REQUIRE(args.q && args.k && args.v && args.o, "chunkForward: q, k, v, o are required");
+  LINAC_REQUIRE(kind.decay == DecayClass::None || args.g,
+                "chunkForward: decay class needs g (log-decay)");
+  LINAC_REQUIRE(kind.update != UpdateRule::Delta || args.beta, "chunkForward: delta needs beta");
+  LINAC_REQUIRE(kind.readout != Readout::ExclusiveBonus || args.u,
+                "chunkForward: exclusive_bonus needs u");
+  LINAC_REQUIRE(shape.heads > 0 && shape.seq_len >= 0, "chunkForward: bad shape");
+  int64_t num_seqs = shape.batch;
+  if (shape.cu_seqlens) {
+    LINAC_REQUIRE(shape.batch == 1, "chunkForward: cu_seqlens needs batch == 1");
+    LINAC_REQUIRE(shape.num_seqs > 0, "chunkForward: cu_seqlens needs num_seqs > 0");
+    num_seqs = shape.num_seqs;
+  }
+  LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkForward: grid too large");
+  if (num_seqs == 0) return;
+  switch (dtype) {
+    case DType::F32: run<float>(kind, shape, args, int(num_seqs), stream); break;
+    case DType::BF16: run<__nv_bfloat16>(kind, shape, args, int(num_seqs), stream); break;
+    case DType::F16: run<__half>(kind, shape, args, int(num_seqs), stream); break;
+  }
+}
+
+void chunkBackward(const RecurrenceKind&, DType, const RecurrenceShape&,
+                   const RecurrenceBackwardArgs&, cudaStream_t) {
+  throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
+                           ": chunkBackward is not implemented on CUDA yet");
+}
+
+}  // namespace linac::kernels::cuda

@@ -1,0 +1,498 @@
+// linac_cuda_lab: the kernel lab for runtime/kernels/cuda (llm.c style). For each case it draws
+// fresh random inputs with realistic gates, runs the CUDA kernel on NaN-poisoned outputs, and
+// compares with a float64 token-by-token recurrence written here from recurrence.h's comments.
+// Prints a table (kind, dtype, shape, rel-RMS, PASS/FAIL), then forward timings at fla's anchor
+// shape. Exit: 0 all pass, 1 a failure, 77 no GPU (ctest SKIP_RETURN_CODE).
+// Usage: linac_cuda_lab [--quick] [--no-bench] [--seed N]
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace linac::kernels;
+namespace kc = linac::kernels::cuda;
+
+namespace {
+
+std::mt19937_64 rng;
+double normal() {
+  static std::normal_distribution<double> d(0.0, 1.0);
+  return d(rng);
+}
+double logsigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+
+const char* dtypeName(DType d) { return d == DType::F32 ? "f32" : d == DType::BF16 ? "bf16" : "f16"; }
+size_t dtypeSize(DType d) { return d == DType::F32 ? 4 : 2; }
+const char* decayName(DecayClass d) {
+  static const char* n[] = {"none", "fixed", "scalar", "diag"};
+  return n[int(d)];
+}
+
+/// Rounds to dtype (what the device sees) and returns the encoded bytes.
+std::vector<uint8_t> encode(std::vector<float>& x, DType d) {
+  std::vector<uint8_t> out(x.size() * dtypeSize(d));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (d == DType::F32) {
+      std::memcpy(&out[4 * i], &x[i], 4);
+    } else if (d == DType::BF16) {
+      __nv_bfloat16 b = __float2bfloat16_rn(x[i]);
+      x[i] = __bfloat162float(b);
+      std::memcpy(&out[2 * i], &b, 2);
+    } else {
+      __half b = __float2half_rn(x[i]);
+      x[i] = __half2float(b);
+      std::memcpy(&out[2 * i], &b, 2);
+    }
+  }
+  return out;
+}
+std::vector<double> decode(const std::vector<uint8_t>& b, DType d, size_t n) {
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (d == DType::F32) { float f; std::memcpy(&f, &b[4 * i], 4); out[i] = f; }
+    else if (d == DType::BF16) { __nv_bfloat16 h; std::memcpy(&h, &b[2 * i], 2); out[i] = __bfloat162float(h); }
+    else { __half h; std::memcpy(&h, &b[2 * i], 2); out[i] = __half2float(h); }
+  }
+  return out;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t n) : bytes(n) { if (n) LINAC_CUDA_CHECK(cudaMalloc(&p, n)); }
+  DevBuf(const void* host, size_t n) : DevBuf(n) {
+    if (n) LINAC_CUDA_CHECK(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice));
+  }
+  ~DevBuf() { if (p) cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void poison() { LINAC_CUDA_CHECK(cudaMemset(p, 0xFF, bytes)); }  // NaN in f32, bf16 and f16
+  template <typename T> T* as() const { return static_cast<T*>(p); }
+};
+template <typename T> std::vector<T> download(const DevBuf& b, size_t n) {
+  std::vector<T> h(n);
+  LINAC_CUDA_CHECK(cudaMemcpy(h.data(), b.p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/// ||x - ref|| / ||ref||; NaN / inf (an unwritten, poisoned element) gives +inf.
+double relRms(const std::vector<double>& x, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    num += (x[i] - ref[i]) * (x[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+int g_fail = 0;
+void report(const std::string& kind, DType d, const std::string& shape, const char* what, double err) {
+  const double tol = d == DType::F32 ? 1e-5 : 5e-3;
+  const bool ok = err < tol;
+  if (!ok) ++g_fail;
+  std::printf("%-28s %-5s %-34s %-4s %10.3e  %s\n", kind.c_str(), dtypeName(d), shape.c_str(), what,
+              err, ok ? "PASS" : "FAIL");
+}
+
+// ---------------------------------------------------------------------------------------------
+struct Case {
+  RecurrenceKind kind;
+  DType dtype;
+  int B, T, H, dk, dv;
+  std::vector<int64_t> cu;  // varlen boundaries (B must be 1) or empty
+  double gmul = 1.0, gclamp = -1e30;  // g = max(gclamp, gmul * logsigmoid(N(0,1)))
+  bool h0 = true;
+};
+
+std::string kindName(const RecurrenceKind& k) {
+  return std::string(k.update == UpdateRule::Delta ? "delta" : "additive") + "-" + decayName(k.decay) +
+         (k.readout == Readout::ExclusiveBonus ? "-bonus" : "");
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, g, beta, u, h0;
+  std::vector<uint8_t> qb, kb, vb;
+};
+
+Inputs makeInputs(const RecurrenceKind& kind, DType dt, int B, int T, int H, int dk, int dv, int N,
+                  double gmul, double gclamp, bool with_h0) {
+  Inputs in;
+  const size_t tok = size_t(B) * T * H;
+  in.q.resize(tok * dk); in.k.resize(tok * dk); in.v.resize(tok * dv);
+  for (auto& x : in.q) x = float(normal());
+  for (auto& x : in.k) x = float(normal());
+  for (auto& x : in.v) x = float(normal());
+  if (kind.update == UpdateRule::Delta) {  // DeltaNet: L2-normalized q and k
+    for (size_t t = 0; t < tok; ++t)
+      for (auto* a : {&in.q, &in.k}) {
+        double s = 0;
+        for (int c = 0; c < dk; ++c) s += double((*a)[t * dk + c]) * (*a)[t * dk + c];
+        const double inv = 1.0 / std::sqrt(s + 1e-6);
+        for (int c = 0; c < dk; ++c) (*a)[t * dk + c] = float((*a)[t * dk + c] * inv);
+      }
+    in.beta.resize(tok);
+    for (auto& x : in.beta) x = float(1.0 / (1.0 + std::exp(-normal())));
+  }
+  auto gate = [&]() { return float(std::max(gclamp, gmul * logsigmoid(normal()))); };
+  switch (kind.decay) {
+    case DecayClass::None: break;
+    case DecayClass::Fixed:
+      in.g.resize(H);
+      for (int h = 0; h < H; ++h) in.g[h] = float(std::log(1.0 - std::pow(2.0, -5.0 - h)));
+      break;
+    case DecayClass::Scalar: in.g.resize(tok); for (auto& x : in.g) x = gate(); break;
+    case DecayClass::Diagonal: in.g.resize(tok * dk); for (auto& x : in.g) x = gate(); break;
+  }
+  if (kind.readout == Readout::ExclusiveBonus) {
+    in.u.resize(size_t(H) * dk);
+    for (auto& x : in.u) x = float(0.5 * normal());
+  }
+  if (with_h0) {
+    in.h0.resize(size_t(N) * H * dk * dv);
+    for (auto& x : in.h0) x = float(0.5 * normal());
+  }
+  in.qb = encode(in.q, dt); in.kb = encode(in.k, dt); in.vb = encode(in.v, dt);
+  return in;
+}
+
+/// float64 reference: one token of recurrence.h for one (sequence, head). S [dk x dv] row-major.
+void refToken(const RecurrenceKind& kind, int dk, int dv, const float* q, const float* k,
+              const float* v, const double* lam, double beta, const float* u, double scale,
+              std::vector<double>& S, double* o) {
+  std::vector<double> ob(dv, 0.0);
+  if (kind.readout == Readout::ExclusiveBonus) {
+    double bonus = 0;
+    for (int c = 0; c < dk; ++c) bonus += double(q[c]) * u[c] * k[c];
+    for (int j = 0; j < dv; ++j) {
+      double acc = 0;
+      for (int c = 0; c < dk; ++c) acc += S[size_t(c) * dv + j] * q[c];
+      ob[j] = acc + bonus * v[j];
+    }
+  }
+  for (int c = 0; c < dk; ++c)
+    for (int j = 0; j < dv; ++j) S[size_t(c) * dv + j] *= lam[c];
+  if (kind.update == UpdateRule::Delta) {
+    for (int j = 0; j < dv; ++j) {
+      double ks = 0;
+      for (int c = 0; c < dk; ++c) ks += double(k[c]) * S[size_t(c) * dv + j];
+      const double d = beta * (v[j] - ks);
+      for (int c = 0; c < dk; ++c) S[size_t(c) * dv + j] += double(k[c]) * d;
+    }
+  } else {
+    for (int c = 0; c < dk; ++c)
+      for (int j = 0; j < dv; ++j) S[size_t(c) * dv + j] += double(k[c]) * v[j];
+  }
+  if (kind.readout == Readout::Inclusive) {
+    for (int j = 0; j < dv; ++j) {
+      double acc = 0;
+      for (int c = 0; c < dk; ++c) acc += S[size_t(c) * dv + j] * q[c];
+      ob[j] = acc;
+    }
+  }
+  for (int j = 0; j < dv; ++j) o[j] = scale * ob[j];
+}
+
+void decayOf(const RecurrenceKind& kind, const Inputs& in, size_t tokhead, int h, int dk, double* lam) {
+  for (int c = 0; c < dk; ++c) {
+    double g = 0;
+    if (kind.decay == DecayClass::Fixed) g = in.g[h];
+    else if (kind.decay == DecayClass::Scalar) g = in.g[tokhead];
+    else if (kind.decay == DecayClass::Diagonal) g = in.g[tokhead * dk + c];
+    lam[c] = std::exp(g);
+  }
+}
+
+void runChunkCase(const Case& cs) {
+  const auto& kind = cs.kind;
+  const int B = cs.B, T = cs.T, H = cs.H, dk = cs.dk, dv = cs.dv;
+  const bool varlen = !cs.cu.empty();
+  const int N = varlen ? int(cs.cu.size()) - 1 : B;
+  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0);
+  const double scale = 1.0 / std::sqrt(double(dk));
+  const size_t tok = size_t(B) * T * H;
+
+  // reference
+  std::vector<double> o_ref(tok * dv), ht_ref(size_t(N) * H * dk * dv);
+  std::vector<double> lam(dk);
+  for (int n = 0; n < N; ++n) {
+    const int64_t bos = varlen ? cs.cu[n] : int64_t(n) * T;
+    const int64_t len = varlen ? cs.cu[n + 1] - cs.cu[n] : T;
+    for (int h = 0; h < H; ++h) {
+      std::vector<double> S(size_t(dk) * dv, 0.0);
+      if (cs.h0)
+        for (size_t i = 0; i < S.size(); ++i) S[i] = in.h0[(size_t(n) * H + h) * dk * dv + i];
+      for (int64_t t = 0; t < len; ++t) {
+        const size_t th = size_t(bos + t) * H + h;
+        decayOf(kind, in, th, h, dk, lam.data());
+        refToken(kind, dk, dv, &in.q[th * dk], &in.k[th * dk], &in.v[th * dv], lam.data(),
+                 in.beta.empty() ? 0.0 : in.beta[th], in.u.empty() ? nullptr : &in.u[size_t(h) * dk],
+                 scale, S, &o_ref[th * dv]);
+      }
+      std::copy(S.begin(), S.end(), ht_ref.begin() + (size_t(n) * H + h) * dk * dv);
+    }
+  }
+
+  // device
+  DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+  DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+      u(in.u.data(), in.u.size() * 4), h0(in.h0.data(), in.h0.size() * 4);
+  DevBuf cu(cs.cu.data(), cs.cu.size() * 8);
+  DevBuf o(tok * dv * dtypeSize(cs.dtype)), ht(ht_ref.size() * 4);
+  o.poison();
+  ht.poison();
+  RecurrenceShape shape;
+  shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = dk; shape.value_dim = dv;
+  shape.cu_seqlens = varlen ? cu.as<int64_t>() : nullptr;
+  shape.num_seqs = N;
+  RecurrenceForwardArgs a;
+  a.q = q.p; a.k = k.p; a.v = v.p;
+  a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>(); a.h0 = h0.as<float>();
+  a.scale = float(scale);
+  a.o = o.p; a.ht = ht.as<float>();
+  kc::chunkForward(kind, cs.dtype, shape, a, nullptr);
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> ob(o.bytes);
+  LINAC_CUDA_CHECK(cudaMemcpy(ob.data(), o.p, o.bytes, cudaMemcpyDeviceToHost));
+  const auto o_dev = decode(ob, cs.dtype, tok * dv);
+  const auto ht_f = download<float>(ht, ht_ref.size());
+  const std::vector<double> ht_dev(ht_f.begin(), ht_f.end());
+
+  char shp[96];
+  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
+                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "");
+  report("fwd " + kindName(kind), cs.dtype, shp, "o", relRms(o_dev, o_ref));
+  report("fwd " + kindName(kind), cs.dtype, shp, "ht", relRms(ht_dev, ht_ref));
+}
+
+void runStepCase(const RecurrenceKind& kind, DType dt, int B, int H, int dk, int dv) {
+  Inputs in = makeInputs(kind, dt, B, 1, H, dk, dv, B, 1.0, -1e30, true);
+  const double scale = 1.0 / std::sqrt(double(dk));
+  std::vector<double> o_ref(size_t(B) * H * dv), S_ref(in.h0.begin(), in.h0.end());
+  std::vector<double> lam(dk);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const size_t th = size_t(b) * H + h;
+      decayOf(kind, in, th, h, dk, lam.data());
+      std::vector<double> S(S_ref.begin() + th * dk * dv, S_ref.begin() + (th + 1) * dk * dv);
+      refToken(kind, dk, dv, &in.q[th * dk], &in.k[th * dk], &in.v[th * dv], lam.data(),
+               in.beta.empty() ? 0.0 : in.beta[th], in.u.empty() ? nullptr : &in.u[size_t(h) * dk],
+               scale, S, &o_ref[th * dv]);
+      std::copy(S.begin(), S.end(), S_ref.begin() + th * dk * dv);
+    }
+  DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+  DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+      u(in.u.data(), in.u.size() * 4), st(in.h0.data(), in.h0.size() * 4);
+  DevBuf o(o_ref.size() * dtypeSize(dt));
+  o.poison();
+  RecurrenceShape shape;
+  shape.batch = B; shape.seq_len = 1; shape.heads = H; shape.key_dim = dk; shape.value_dim = dv;
+  RecurrenceStepArgs a;
+  a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
+  a.scale = float(scale); a.state = st.as<float>(); a.o = o.p;
+  kc::recurrentStep(kind, dt, shape, a, nullptr);
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> ob(o.bytes);
+  LINAC_CUDA_CHECK(cudaMemcpy(ob.data(), o.p, o.bytes, cudaMemcpyDeviceToHost));
+  const auto o_dev = decode(ob, dt, o_ref.size());
+  const auto sf = download<float>(st, S_ref.size());
+  char shp[96];
+  std::snprintf(shp, sizeof shp, "B%d H%d dk%d dv%d", B, H, dk, dv);
+  report("step " + kindName(kind), dt, shp, "o", relRms(o_dev, o_ref));
+  report("step " + kindName(kind), dt, shp, "S", relRms(std::vector<double>(sf.begin(), sf.end()), S_ref));
+}
+
+void runScanCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
+  const bool varlen = !cuv.empty();
+  const int N = varlen ? int(cuv.size()) - 1 : B;
+  const size_t n = size_t(B) * T * D;
+  std::vector<float> x(n), g(n), h0(size_t(N) * D);
+  for (auto& e : x) e = float(normal());
+  for (auto& e : g) e = float(logsigmoid(normal()));
+  for (auto& e : h0) e = float(normal());
+  auto xb = encode(x, dt);
+  std::vector<double> h_ref(n), ht_ref(size_t(N) * D);
+  for (int s = 0; s < N; ++s) {
+    const int64_t bos = varlen ? cuv[s] : int64_t(s) * T, len = varlen ? cuv[s + 1] - cuv[s] : T;
+    for (int c = 0; c < D; ++c) {
+      double hc = h0[size_t(s) * D + c];
+      for (int64_t t = 0; t < len; ++t) {
+        const size_t i = size_t(bos + t) * D + c;
+        hc = std::exp(double(g[i])) * hc + x[i];
+        h_ref[i] = hc;
+      }
+      ht_ref[size_t(s) * D + c] = hc;
+    }
+  }
+  DevBuf xd(xb.data(), xb.size()), gd(g.data(), n * 4), h0d(h0.data(), h0.size() * 4),
+      cu(cuv.data(), cuv.size() * 8), hd(n * dtypeSize(dt)), htd(ht_ref.size() * 4);
+  hd.poison();
+  htd.poison();
+  ScanShape shape;
+  shape.batch = B; shape.seq_len = T; shape.channels = D;
+  shape.cu_seqlens = varlen ? cu.as<int64_t>() : nullptr; shape.num_seqs = N;
+  ScanForwardArgs a;
+  a.x = xd.p; a.g = gd.as<float>(); a.h0 = h0d.as<float>(); a.h = hd.p; a.ht = htd.as<float>();
+  kc::scanForward(dt, shape, a, nullptr);
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> hb(hd.bytes);
+  LINAC_CUDA_CHECK(cudaMemcpy(hb.data(), hd.p, hd.bytes, cudaMemcpyDeviceToHost));
+  const auto h_dev = decode(hb, dt, n);
+  const auto htf = download<float>(htd, ht_ref.size());
+  char shp[96];
+  std::snprintf(shp, sizeof shp, "B%d T%d D%d%s", B, T, D, varlen ? " varlen" : "");
+  report("scan hgrn", dt, shp, "h", relRms(h_dev, h_ref));
+  report("scan hgrn", dt, shp, "ht", relRms(std::vector<double>(htf.begin(), htf.end()), ht_ref));
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename F> double medianMs(F&& f, int warm = 5, int reps = 30) {
+  cudaEvent_t e0, e1;
+  LINAC_CUDA_CHECK(cudaEventCreate(&e0));
+  LINAC_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < warm; ++i) f();
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    LINAC_CUDA_CHECK(cudaEventRecord(e0));
+    f();
+    LINAC_CUDA_CHECK(cudaEventRecord(e1));
+    LINAC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t;
+    LINAC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  LINAC_CUDA_CHECK(cudaEventDestroy(e0));
+  LINAC_CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void bench() {
+  const int B = 8, T = 4096, H = 8, D = 128;
+  struct Row { const char* name; RecurrenceKind kind; double anchor; };
+  const Row rows[] = {
+      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.41},
+      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.58},
+      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.79},
+      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.91},
+      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 1.00},
+      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 1.44},
+  };
+  std::printf("\nforward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 30 after 5 warm-ups)\n", B, T, H, D);
+  std::printf("%-30s %10s %10s %8s\n", "kind", "linac ms", "fla ms", "ratio");
+  for (const auto& r : rows) {
+    Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
+    const size_t tok = size_t(B) * T * H;
+    DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+    DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+        u(in.u.data(), in.u.size() * 4);
+    DevBuf o(tok * D * 2), ht(size_t(B) * H * D * D * 4);
+    RecurrenceShape shape;
+    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
+    shape.num_seqs = B;
+    RecurrenceForwardArgs a;
+    a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
+    a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
+    const double ms = medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); });
+    std::printf("%-30s %10.3f %10.2f %8.2fx\n", r.name, ms, r.anchor, ms / r.anchor);
+  }
+  {  // HGRN scan, d = 1024
+    const int Dh = 1024;
+    const size_t n = size_t(B) * T * Dh;
+    std::vector<float> x(n), g(n);
+    for (auto& e : x) e = float(normal());
+    for (auto& e : g) e = float(logsigmoid(normal()));
+    auto xb = encode(x, DType::BF16);
+    DevBuf xd(xb.data(), xb.size()), gd(g.data(), n * 4), hd(n * 2), htd(size_t(B) * Dh * 4);
+    ScanShape shape;
+    shape.batch = B; shape.seq_len = T; shape.channels = Dh; shape.num_seqs = B;
+    ScanForwardArgs a;
+    a.x = xd.p; a.g = gd.as<float>(); a.h = hd.p; a.ht = htd.as<float>();
+    const double ms = medianMs([&] { kc::scanForward(DType::BF16, shape, a, nullptr); });
+    std::printf("%-30s %10.3f %10.2f %8.2fx  (fla anchor is the whole HGRN layer)\n", "HGRN scan d=1024", ms, 1.82, ms / 1.82);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, do_bench = true;
+  uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("linac_cuda_lab: no CUDA device, skipping\n");
+    return 77;
+  }
+  rng.seed(seed);
+  cudaDeviceProp prop;
+  LINAC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs), seed %llu\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, (unsigned long long)seed);
+  try {
+    std::printf("%-28s %-5s %-34s %-4s %10s  %s\n", "kind", "dtype", "shape", "out", "rel-RMS", "result");
+    const DecayClass decays[] = {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar, DecayClass::Diagonal};
+    const UpdateRule updates[] = {UpdateRule::Additive, UpdateRule::Delta};
+    const Readout readouts[] = {Readout::Inclusive, Readout::ExclusiveBonus};
+    const DType dtypes[] = {DType::BF16, DType::F32, DType::F16};
+    if (quick) {
+      Case c{{DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 1, 70, 1, 64, 64, {0, 30, 70}};
+      runChunkCase(c);
+      c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
+      c.dtype = DType::F32;
+      runChunkCase(c);
+      runStepCase({DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 2, 2, 64, 64);
+      runScanCase(DType::BF16, 1, 50, 64, {0, 20, 50});
+    } else {
+      // every kind x dtype, T not a multiple of the chunk, dk != dv, h0 and ht
+      for (auto dt : dtypes)
+        for (auto up : updates)
+          for (auto de : decays)
+            for (auto ro : readouts) runChunkCase({{de, up, ro}, dt, 2, 150, 2, 64, 128, {}});
+      // shapes: D in {64, 128, 256}, dk > dv, varlen, strong gates, exact chunk multiple, T = 1
+      for (auto up : updates)
+        for (auto de : {DecayClass::Scalar, DecayClass::Diagonal})
+          for (auto dt : {DType::BF16, DType::F32}) {
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 100, 2, 128, 64, {}});
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 70, 1, 256, 256, {}});
+            runChunkCase({{de, up, Readout::ExclusiveBonus}, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
+            Case s{{de, up, Readout::Inclusive}, dt, 2, 130, 2, 64, 64, {}};
+            s.gmul = 10; s.gclamp = -5; runChunkCase(s);
+            s.gclamp = -20; runChunkCase(s);
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
+          }
+      for (auto dt : dtypes)
+        for (auto up : updates)
+          for (auto de : decays)
+            for (auto ro : readouts) runStepCase({de, up, ro}, dt, 3, 2, 64, 96);
+      runStepCase({DecayClass::Diagonal, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 2, 2, 256, 256);
+      for (auto dt : dtypes) {
+        runScanCase(dt, 2, 333, 200, {});
+        runScanCase(dt, 1, 300, 64, {0, 5, 100, 300});
+      }
+    }
+    std::printf("\n%s: %d check(s) failed\n", g_fail ? "FAIL" : "ALL PASS", g_fail);
+    if (do_bench) bench();
+  } catch (const std::exception& e) {
+    std::printf("linac_cuda_lab: error: %s\n", e.what());
+    return 1;
+  }
+  return g_fail ? 1 : 0;
+}
