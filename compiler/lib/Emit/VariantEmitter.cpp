@@ -64,14 +64,27 @@ std::string typeText(mlir::Type t) {
   return s;
 }
 
-/// One prologue function (role R) or its derivative (role grad:R).
-void emitMap(ml::MapOp map, std::ostringstream& os) {
+/// A prologue role as the registration file needs it.
+struct RoleInfo {
+  std::string role;
+  std::vector<std::string> args;
+  bool hasPartials = false;
+};
+
+/// One prologue function (role R) or its derivative (role grad:R); records it in `roles`.
+void emitMap(ml::MapOp map, std::ostringstream& os, std::vector<RoleInfo>& roles) {
   std::string role = map.getRole() ? map.getRole()->str() : "map";
   bool grad = role.rfind("grad:", 0) == 0;
   std::string fn = grad ? role.substr(5) + "_grad" : role;
   std::vector<std::string> names;
   for (auto [i, v] : llvm::enumerate(map.getInputs())) names.push_back(operandName(v, i));
   ScalarCode code = emitScalarBody(map.getBodyBlock(), names);
+  if (grad) {
+    for (RoleInfo& r : roles)
+      if (r.role == role.substr(5)) r.hasPartials = true;
+  } else {
+    roles.push_back({role, names, false});
+  }
 
   std::string params;
   for (size_t i = 0; i < names.size(); ++i) params += (i ? ", " : "") + std::string("float ") + names[i];
@@ -101,6 +114,43 @@ std::string jsonString(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+/// `<name>_register.cpp`: loops the prologue functions over arrays and registers the variant
+/// with the runtime's kernel registry (runtime/registry/registry.h).
+std::string registration(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles) {
+  const std::string& name = spec.name;
+  std::ostringstream os;
+  os << banner(spec, "//")
+     << "//\n// Registers " << name << "'s prologue functions with the runtime. Each wrapper applies a\n"
+     << "// function of " << name << ".h elementwise over operands the caller broadcast to the result.\n"
+     << "#include \"" << name << "/" << name << ".h\"\n#include \"registry/registry.h\"\n\n"
+     << "namespace linac::generated::" << name << " {\nnamespace {\n\n";
+  auto call = [](const RoleInfo& r) {
+    std::string args;
+    for (size_t j = 0; j < r.args.size(); ++j) args += (j ? ", " : "") + std::string("x[") + std::to_string(j) + "][i]";
+    return args;
+  };
+  for (const RoleInfo& r : roles) {
+    os << "void " << r.role << "Forward(const float* const* x, float* out, int64_t n) {\n"
+       << "  for (int64_t i = 0; i < n; ++i) out[i] = " << r.role << "(" << call(r) << ");\n}\n\n";
+    if (!r.hasPartials) continue;
+    std::string partials;
+    for (size_t j = 0; j < r.args.size(); ++j) partials += ", &d[" + std::to_string(j) + "][i]";
+    os << "void " << r.role << "Partials(const float* const* x, float* const* d, int64_t n) {\n"
+       << "  for (int64_t i = 0; i < n; ++i) " << r.role << "_grad(" << call(r) << partials << ");\n}\n\n";
+  }
+  os << "const runtime::VariantKernels kKernels{\n    \"" << name << "\",\n    \"" << spec.hash
+     << "\",\n    kKind,\n    kVectorState,\n    kChunk,\n    {\n";
+  for (const RoleInfo& r : roles) {
+    std::string args;
+    for (size_t j = 0; j < r.args.size(); ++j) args += (j ? ", " : "") + ("\"" + r.args[j] + "\"");
+    os << "        {\"" << r.role << "\", {" << args << "}, &" << r.role << "Forward, "
+       << (r.hasPartials ? "&" + r.role + "Partials" : std::string("nullptr")) << "},\n";
+  }
+  os << "    }};\n\nconst runtime::Registration kRegistration(&kKernels);\n\n"
+     << "}  // namespace\n}  // namespace linac::generated::" << name << "\n";
+  return os.str();
 }
 
 }  // namespace
@@ -155,7 +205,8 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
   h << "inline constexpr int kKeyDim = " << variant.getKeyDim() << ";\n";
   h << "inline constexpr int kValueDim = " << variant.getValueDim() << ";\n\n";
 
-  for (auto map : variant.getBodyBlock().getOps<ml::MapOp>()) emitMap(map, h);
+  std::vector<RoleInfo> roles;
+  for (auto map : variant.getBodyBlock().getOps<ml::MapOp>()) emitMap(map, h, roles);
   h << "}  // namespace linac::generated::" << name << "\n";
 
   manifest << "  \"kind\": \"linear\",\n"
@@ -183,9 +234,11 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
              << ", \"init\": " << jsonString(p.getInit() ? p.getInit()->str() : "zeros") << "}";
     first = false;
   }
-  manifest << "\n  ],\n  \"files\": [" << jsonString(name + ".h") << "]\n}\n";
+  manifest << "\n  ],\n  \"files\": [" << jsonString(name + ".h") << ", "
+           << jsonString(name + "_register.cpp") << "]\n}\n";
 
   files[name + "/" + name + ".h"] = h.str();
+  files[name + "/" + name + "_register.cpp"] = registration(spec, roles);
   files[name + "/manifest.json"] = manifest.str();
   return files;
 }

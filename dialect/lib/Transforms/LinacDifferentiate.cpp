@@ -1,7 +1,7 @@
 //===- LinacDifferentiate.cpp - -linac-differentiate -----------------------===//
 //
 // Reverse-mode differentiation of the scalar bodies of prologue maps that feed
-// a recurrence's decay, beta or k operand. The gradient map for a map result
+// any operand of a recurrence (q, k, v, decay, beta). The gradient map for a map result
 // r over operands x_0..x_{N-1} has N results: dr/dx_i (broadcast type).
 //
 //===----------------------------------------------------------------------===//
@@ -266,7 +266,9 @@ struct LinacDifferentiate
       for (auto [value, name] :
            {std::pair<Value, StringRef>{op.getDecay(), "decay"},
             {op.getBeta(), "beta"},
-            {op.getK(), "k"}}) {
+            {op.getQ(), "q"},
+            {op.getK(), "k"},
+            {op.getV(), "v"}}) {
         if (!value)
           continue;
         auto map = value.getDefiningOp<MapOp>();

@@ -34,8 +34,8 @@ def LinacInferDecayClassPass : Pass<"linac-infer-decay-class", "::mlir::ModuleOp
 def LinacDifferentiatePass : Pass<"linac-differentiate", "::mlir::ModuleOp"> {
   let summary = "derive gradients of prologue maps (reverse mode)";
   let description = [{
-    For every `linac.map` result that feeds a recurrence's `decay`, `beta` or
-    `k` operand directly, creates right after the map a
+    For every `linac.map` result that feeds a recurrence operand (`q`, `k`,
+    `v`, `decay`, `beta`) directly, creates right after the map a
     `linac.map {role = "grad:<operand>"}` over the same operands whose i-th
     result is d(result)/d(operand i), built by reverse-mode differentiation
     of the scalar body. If the map has several results, the differentiated
