@@ -155,7 +155,11 @@ HeadGradients backwardHead(const RecurrenceKind& kind, const HeadInputs& in,
       float* dg = grad.dg.data() + t * width;
       for (int64_t c = 0; c < dk; ++c) {
         float* dS_c = dS.data() + c * dv;
-        const float dg_c = lambda[c] * dot(P + c * dv, dS_c, dv);
+        // Accumulated in double: for the fixed and scalar classes dg sums these dot products
+        // over channels (and tokens), where cancellation would amplify fp32 rounding.
+        double dot_c = 0.0;
+        for (int64_t e = 0; e < dv; ++e) dot_c += double(P[c * dv + e]) * double(dS_c[e]);
+        const float dg_c = static_cast<float>(lambda[c] * dot_c);
         dg[c * cs] += dg_c;
         for (int64_t e = 0; e < dv; ++e) dS_c[e] *= lambda[c];
         if (!inclusive)
