@@ -7,4 +7,7 @@ namespace linac::cli {
 bool compilerAvailable();
 int runCompile(int argc, char** argv);
 
+bool runtimeAvailable();
+int runVerify(int argc, char** argv);
+
 }  // namespace linac::cli

@@ -16,9 +16,14 @@ void printUsage(std::ostream& os) {
         "  compile SPEC [--emit=spec|ir|ir-opt|cpp] [--schedule S] [--preset P] [--out DIR]\n"
         "                       compile a spec; print a stage or write generated/<variant>/\n"
         "  compile --check      regenerate every spec and diff with generated/\n"
+        "  verify SPEC [--backend cpu|cuda] [--shapes B,T,H,dk,dv[;...]] [--dtypes fp32,bf16]\n"
+        "              [--seed N] [--chunk C]\n"
+        "                       the spec's generated kernels against the float64 oracle\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
+  if (!linac::cli::runtimeAvailable())
+    os << "\n(this build has no runtime: install LibTorch for `verify`)\n";
 }
 
 }  // namespace
@@ -31,7 +36,8 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   try {
     if (command == "compile") return linac::cli::runCompile(argc, argv);
-    std::string hint = linac::spec::closestMatch(command, {"compile", "help"});
+    if (command == "verify") return linac::cli::runVerify(argc, argv);
+    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {

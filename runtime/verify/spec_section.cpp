@@ -1,0 +1,217 @@
+// Section "spec": end to end from the spec's raw inputs and parameters. The kernel side runs the
+// compiled prologue (generated functions, derivatives from linac-differentiate) into the
+// kernels; the oracle side evaluates the spec's expressions in float64 (oracle/expr_eval.h).
+#include "oracle/expr_eval.h"
+#include "oracle/oracle.h"
+#include "prologue/map_op.h"
+#include "verify/sections.h"
+
+#include <stdexcept>
+
+namespace linac::verify::detail {
+namespace {
+
+/// Layer index and count the structural names take during verification.
+constexpr double kLayer = 1.0;
+constexpr double kNumLayers = 4.0;
+/// Parameters initialised to constants get this much N(0,1) noise, so gradients are generic.
+constexpr double kInitNoise = 0.1;
+
+std::vector<int64_t> fieldShape(spec::Extent e, bool perToken, const Shape& s, const std::string& name) {
+  const int64_t B = perToken ? s.batch : 1, T = perToken ? s.seqLen : 1;
+  switch (e) {
+  case spec::Extent::Scalar: return {B, T, 1, 1};
+  case spec::Extent::Head: return {B, T, s.heads, 1};
+  case spec::Extent::Key: return {B, T, s.heads, s.keyDim};
+  case spec::Extent::Value: return {B, T, s.heads, s.valueDim};
+  case spec::Extent::Hidden: break;
+  }
+  throw std::invalid_argument("verify: '" + name + "' has extent hidden, which verify does not model yet");
+}
+
+torch::Tensor drawParam(const spec::ParamSpec& p, const std::vector<int64_t>& shape) {
+  const auto& init = p.init;
+  auto uniform = [&](double a, double b) { return a + (b - a) * torch::rand(shape, torch::kFloat64); };
+  auto noise = [&] { return kInitNoise * torch::randn(shape, torch::kFloat64); };
+  switch (init.kind) {
+  case spec::InitKind::Zeros: return noise();
+  case spec::InitKind::Ones: return 1.0 + noise();
+  case spec::InitKind::Constant: return init.a + noise();
+  case spec::InitKind::Normal: return init.a * torch::randn(shape, torch::kFloat64);
+  case spec::InitKind::Uniform: return uniform(init.a, init.b);
+  case spec::InitKind::LogUniform: return torch::log(uniform(init.a, init.b));
+  case spec::InitKind::DtBias: {
+    torch::Tensor dt = torch::exp(uniform(std::log(init.a), std::log(init.b)));
+    return dt + torch::log(-torch::expm1(-dt));  // inverse softplus
+  }
+  }
+  return noise();
+}
+
+/// The raw values of one verify run, on both sides: float32 kernel-side leaves and float64
+/// oracle-side leaves holding the same (float32-representable) numbers.
+struct Leaves {
+  std::map<std::string, torch::Tensor> kernel, oracle;
+
+  void add(const std::string& name, const torch::Tensor& master, bool trainable) {
+    torch::Tensor k = master.to(torch::kFloat32).detach().requires_grad_(trainable);
+    kernel[name] = k;
+    oracle[name] = k.detach().to(torch::kFloat64).requires_grad_(trainable);
+  }
+};
+
+torch::Tensor unitRows(const torch::Tensor& t) { return t / t.norm(2, -1, true); }
+
+class SpecRun {
+public:
+  SpecRun(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels, const Shape& s)
+      : spec_(spec), kernels_(kernels), s_(s) {}
+
+  void drawLeaves() {
+    for (const auto& in : spec_.inputs)
+      leaves_.add(in.name, torch::randn(fieldShape(in.extent, true, s_, in.name), torch::kFloat64), true);
+    for (const auto& p : spec_.params)
+      leaves_.add(p.name, drawParam(p, fieldShape(p.extent, false, s_, p.name)), true);
+    leaves_.add("head", torch::arange(s_.heads, torch::kFloat64).view({1, 1, s_.heads, 1}), false);
+    leaves_.add("layer", torch::full({1, 1, 1, 1}, kLayer, torch::kFloat64), false);
+    leaves_.add("num_layers", torch::full({1, 1, 1, 1}, kNumLayers, torch::kFloat64), false);
+    // What the expressions see: inputs marked l2norm are normalised first (both sides).
+    kernelEnv_ = leaves_.kernel;
+    oracleEnv_ = leaves_.oracle;
+    for (const auto& in : spec_.inputs)
+      if (in.l2norm) {
+        kernelEnv_[in.name] = unitRows(kernelEnv_[in.name]);
+        oracleEnv_[in.name] = unitRows(oracleEnv_[in.name]);
+      }
+  }
+
+  /// The value of a recurrence role on the kernel side.
+  torch::Tensor kernelRole(const std::string& role, const spec::ExprPtr& expr) {
+    if (const runtime::PrologueMap* m = kernels_.find(role)) {
+      std::vector<torch::Tensor> operands;
+      for (const auto& a : m->args) operands.push_back(kernelEnv_.at(a));
+      return prologue::applyMap(*m, operands);
+    }
+    if (expr->kind == spec::ExprKind::Ref && kernelEnv_.count(expr->name)) return kernelEnv_.at(expr->name);
+    throw std::runtime_error("verify: the generated code of '" + spec_.name + "' has no '" + role +
+                             "' prologue although the spec computes one; regenerate generated/");
+  }
+
+  torch::Tensor oracleRole(const spec::ExprPtr& expr) {
+    return oracle::evalExpr(*expr, oracleEnv_, spec_.defs);
+  }
+
+  /// Reshapes a role value to what the kernels take (DESIGN.md's layouts).
+  torch::Tensor toKernelLayout(const std::string& role, const torch::Tensor& t) const {
+    const int64_t B = s_.batch, T = s_.seqLen, H = s_.heads, dk = s_.keyDim, dv = s_.valueDim;
+    if (kernels_.vectorState) return t.expand({B, T, H, dv}).reshape({B, T, H * dv});
+    if (role == "q" || role == "k") return t.expand({B, T, H, dk}).contiguous();
+    if (role == "v") return t.expand({B, T, H, dv}).contiguous();
+    if (role == "beta") return t.expand({B, T, H, 1}).reshape({B, T, H});
+    if (role == "u") return t.expand({1, 1, H, dk}).reshape({H, dk});
+    switch (kernels_.kind.decay) {  // role == "decay"
+    case kernels::DecayClass::Fixed: return t.expand({1, 1, H, 1}).reshape({H});
+    case kernels::DecayClass::Scalar: return t.expand({B, T, H, 1}).reshape({B, T, H});
+    case kernels::DecayClass::Diagonal: return t.expand({B, T, H, dk}).contiguous();
+    case kernels::DecayClass::None: break;
+    }
+    return torch::Tensor();
+  }
+
+  const Leaves& leaves() const { return leaves_; }
+
+private:
+  const spec::VariantSpec& spec_;
+  const runtime::VariantKernels& kernels_;
+  Shape s_;
+  Leaves leaves_;
+  std::map<std::string, torch::Tensor> kernelEnv_, oracleEnv_;
+};
+
+}  // namespace
+
+void specSection(Report& report, const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
+                 const Shape& s, kernels::DType dtype, const Options& options, std::ostream& log) {
+  const std::string setting = std::string(dtypeName(dtype)) + " " + s.text();
+  log << "  spec        " << setting << "\n";
+  const double tol = tolerance(dtype);
+  const auto type = scalarType(dtype);
+  const auto dev = device(options);
+  const auto& r = spec.recurrence;
+  const bool vector = kernels.vectorState;
+  const bool decayed = kernels.kind.decay != kernels::DecayClass::None && r.decay;
+
+  SpecRun run(spec, kernels, s);
+  run.drawLeaves();
+
+  // Roles on both sides; q, k, v rounded to the kernel dtype on both.
+  struct Role { std::string name; spec::ExprPtr expr; bool rounded; };
+  std::vector<Role> roles = {{"v", r.v, true}};
+  if (!vector) {
+    roles.push_back({"q", r.q, true});
+    roles.push_back({"k", r.k, true});
+  }
+  if (decayed) roles.push_back({"decay", r.decay, false});
+  if (r.update == spec::UpdateKind::Delta) roles.push_back({"beta", r.beta, false});
+  std::map<std::string, torch::Tensor> ker, ref;
+  for (const Role& role : roles) {
+    torch::Tensor k = run.toKernelLayout(role.name, run.kernelRole(role.name, role.expr));
+    torch::Tensor o = run.toKernelLayout(role.name, run.oracleRole(role.expr));
+    ker[role.name] = (role.rounded ? k.to(type) : k).to(dev);
+    ref[role.name] = role.rounded ? o.to(type).to(torch::kFloat64) : o;
+  }
+  if (r.readout == spec::ReadoutKind::ExclusiveBonus) {
+    ker["u"] = run.toKernelLayout("u", run.leaves().kernel.at(r.bonus)).to(dev);
+    ref["u"] = run.toKernelLayout("u", run.leaves().oracle.at(r.bonus));
+  }
+  const int64_t N = s.batch;
+  torch::Tensor h0 = vector ? torch::randn({N, s.heads * s.valueDim}, torch::kFloat64)
+                            : torch::randn({N, s.heads, s.keyDim, s.valueDim}, torch::kFloat64);
+  torch::Tensor h0Ker = h0.to(dev, torch::kFloat32).requires_grad_(true);
+  torch::Tensor h0Ref = h0Ker.detach().to(torch::kCPU, torch::kFloat64).requires_grad_(true);
+  auto get = [](std::map<std::string, torch::Tensor>& m, const char* k) {
+    auto it = m.find(k);
+    return it == m.end() ? torch::Tensor() : it->second;
+  };
+
+  const double scale = vector ? 1.0 : (r.scale ? *r.scale : 1.0 / std::sqrt(double(s.keyDim)));
+  const int64_t chunk = options.chunk ? options.chunk : kernels.chunk;
+  torch::Tensor o, ht, oRef, htRef;
+  if (vector) {
+    std::tie(o, ht) = ops::scan(ker["v"], ker["decay"], h0Ker, torch::Tensor(), true);
+    auto out = oracle::scan(ref["v"], ref["decay"], h0Ref);
+    oRef = out.h;
+    htRef = out.ht;
+  } else {
+    ops::RecurrenceOptions opt{kernels.kind, scale, chunk, true};
+    std::tie(o, ht) = ops::recurrence(
+        {ker["q"], ker["k"], ker["v"], get(ker, "decay"), get(ker, "beta"), get(ker, "u"), h0Ker, {}}, opt);
+    oracle::RecurrenceInputs oi{ref["q"], ref["k"], ref["v"], get(ref, "decay"), get(ref, "beta"),
+                                get(ref, "u"), h0Ref, scale, {}};
+    auto out = oracle::recurrence(kernels.kind, oi);
+    oRef = out.o;
+    htRef = out.ht;
+  }
+  compare(report, "spec", "o", setting, o, oRef, tol);
+  compare(report, "spec", "ht", setting, ht, htRef, tol);
+
+  // The upstream gradient reaches the kernel in o's dtype: give the oracle the same values.
+  torch::Tensor dO = torch::randn(oRef.sizes(), torch::kFloat64).to(o.scalar_type()).to(torch::kFloat64);
+  torch::Tensor dHt = torch::randn(htRef.sizes(), torch::kFloat64);
+  (oRef * dO).sum().add((htRef * dHt).sum()).backward();
+  try {
+    ((o.to(torch::kFloat64) * dO.to(dev)).sum() + (ht.to(torch::kFloat64) * dHt.to(dev)).sum()).backward();
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("not implemented") == std::string::npos) throw;
+    report.checks.push_back({"spec", "gradients", setting, 0.0, tol, false, std::string("not run: ") + e.what()});
+    return;
+  }
+  for (const auto& [name, leaf] : run.leaves().kernel) {
+    if (!leaf.requires_grad()) continue;
+    const torch::Tensor& refLeaf = run.leaves().oracle.at(name);
+    compare(report, "spec", "d " + name, setting, leaf.grad(), refLeaf.grad(), tol);
+  }
+  compare(report, "spec", "d h0", setting, h0Ker.grad(), h0Ref.grad(), tol);
+}
+
+}  // namespace linac::verify::detail
