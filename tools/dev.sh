@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine (README.md's two commands, and CI through .ci/run).
-#   tools/dev.sh demo   install, build, compile every spec into generated/-style output, print one's IR
+#   tools/dev.sh demo   install, build, compile every spec, print one's IR, verify it against the oracle
 #   tools/dev.sh test   install, build, run the whole test suite and `linac compile --check`
 #   tools/dev.sh build  install and build only
 # Environment: BUILD_DIR (default build), JOBS (default 2), LINAC_SKIP_SETUP=1 to skip installs.
@@ -37,7 +37,9 @@ case "${1:-}" in
     done
     echo "== linac compile specs/gated_deltanet.yaml --emit=ir-opt"
     "$BUILD_DIR/bin/linac" compile specs/gated_deltanet.yaml --emit=ir-opt
-    echo "generated code for every spec is in $out" ;;
+    echo "generated code for every spec is in $out"
+    echo "== linac verify specs/gated_deltanet.yaml --backend cpu"
+    "$BUILD_DIR/bin/linac" verify specs/gated_deltanet.yaml --backend cpu ;;
   test)
     setup; configure_and_build
     start=$SECONDS

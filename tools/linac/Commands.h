@@ -9,5 +9,6 @@ int runCompile(int argc, char** argv);
 
 bool runtimeAvailable();
 int runVerify(int argc, char** argv);
+int runBench(int argc, char** argv);
 
 }  // namespace linac::cli

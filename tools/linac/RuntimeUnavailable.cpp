@@ -3,12 +3,17 @@
 #include "Commands.h"
 
 namespace linac::cli {
+namespace {
+
+[[noreturn]] void noRuntime(const char* command) {
+  throw UsageError(std::string("`") + command + "` needs the runtime, and this linac was built "
+                   "without it (LibTorch not found); install torch==2.11.0 (tools/setup.sh) and reconfigure");
+}
+
+}  // namespace
 
 bool runtimeAvailable() { return false; }
-
-int runVerify(int, char**) {
-  throw UsageError("this linac was built without the runtime (LibTorch not found); "
-                   "install torch==2.11.0 (tools/setup.sh) and reconfigure");
-}
+int runVerify(int, char**) { noRuntime("verify"); }
+int runBench(int, char**) { noRuntime("bench"); }
 
 }  // namespace linac::cli

@@ -19,6 +19,8 @@ void printUsage(std::ostream& os) {
         "  verify SPEC [--backend cpu|cuda] [--shapes B,T,H,dk,dv[;...]] [--dtypes fp32,bf16]\n"
         "              [--seed N] [--chunk C]\n"
         "                       the spec's generated kernels against the float64 oracle\n"
+        "  bench SPEC [--backend cuda|cpu] [--shape B,T,H,D] [--dtype bf16] [--iters N] [--json F]\n"
+        "                       fwd, fwd+bwd and decode-step medians with the memory floor\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -37,7 +39,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "compile") return linac::cli::runCompile(argc, argv);
     if (command == "verify") return linac::cli::runVerify(argc, argv);
-    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "help"});
+    if (command == "bench") return linac::cli::runBench(argc, argv);
+    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "bench", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {

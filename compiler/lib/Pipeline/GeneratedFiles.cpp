@@ -3,7 +3,11 @@
 
 #include "linac/Spec/Diagnostic.h"
 
+#include <ftw.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -34,6 +38,16 @@ int firstDifferentLine(const std::string& a, const std::string& b) {
   }
 }
 
+/// Removes a directory tree. Not std::filesystem::remove_all: the PyPI libtorch that the `linac`
+/// binary also links exports its own, ABI-incompatible copy of that symbol, which crashes here.
+void removeTree(const fs::path& dir) {
+  auto removeEntry = [](const char* path, const struct stat*, int, struct FTW*) {
+    return ::remove(path);
+  };
+  if (::nftw(dir.c_str(), removeEntry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    throw std::runtime_error("cannot remove " + dir.string());
+}
+
 }  // namespace
 
 void writeFiles(const FileSet& files, const std::string& outDir) {
@@ -60,7 +74,7 @@ void writeFiles(const FileSet& files, const std::string& outDir) {
     fs::path old = fs::path(outDir) / ("." + folder + ".old" + std::to_string(rd()));
     if (fs::exists(target)) fs::rename(target, old);
     fs::rename(staging, target);
-    fs::remove_all(old);
+    if (fs::exists(old)) removeTree(old);
   }
 }
 

@@ -280,10 +280,11 @@ def Linac_OutputOp : Linac_Op<"output", [HasParent<"VariantOp">,
     AttrSizedOperandSegments]> {
   let summary = "the epilogue of a variant: norm, output gate, residual";
   let description = [{
-    The last op of a variant: o = norm(input) [* gate] [+ residual], then the
-    output projection W_o (implicit). `gate` is already activated (e.g. a
-    `linac.input` with `activation = #linac.activation<silu>`). `eps` is the
-    norm epsilon (default 1e-5 in the runtime).
+    The last op of a variant: o = norm(input [+ residual]) [* gate], then the
+    output projection W_o (implicit); the residual (Mamba-2's D * x) is added
+    before the norm, as specs/README.md defines. `gate` is already activated
+    (e.g. a `linac.map {role = "gate"}` computing silu). `eps` is the norm
+    epsilon (default 1e-5 in the runtime).
 
     Example:
 

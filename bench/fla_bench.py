@@ -1,0 +1,96 @@
+"""fla's matching ops at the anchor shape, timed in the same device call as `linac bench`.
+
+Run on the GPU machine with fla's wheels unpacked on PYTHONPATH (never a runtime dependency of
+linac). Prints one JSON line per (variant, op) to stdout: fwd and fwd+bwd medians in ms
+(triton.testing.do_bench, median), or the error fla raised.
+"""
+import argparse
+import json
+import torch
+import torch.nn.functional as F
+import triton
+
+
+def inputs(B, T, H, D, dtype, decay, delta=False, bonus=False):
+    dev = "cuda"
+    q = torch.randn(B, T, H, D, device=dev, dtype=dtype)
+    k = torch.randn(B, T, H, D, device=dev, dtype=dtype)
+    if delta:
+        q = F.normalize(q.float(), dim=-1).to(dtype)
+        k = F.normalize(k.float(), dim=-1).to(dtype)
+    v = torch.randn(B, T, H, D, device=dev, dtype=dtype)
+    x = dict(q=q, k=k, v=v)
+    if decay == "scalar":
+        x["g"] = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32))
+    elif decay == "diagonal":
+        x["g"] = F.logsigmoid(torch.randn(B, T, H, D, device=dev, dtype=torch.float32))
+    if delta:
+        x["beta"] = torch.sigmoid(torch.randn(B, T, H, device=dev, dtype=dtype))
+    if bonus:
+        x["u"] = torch.randn(H, D, device=dev, dtype=dtype)
+    return x
+
+
+def fla_op(module, name):
+    """fla's op, or a stand-in that raises the import error when this fla lacks it."""
+    try:
+        mod = __import__(f"fla.ops.{module}", fromlist=[name])
+        return getattr(mod, name)
+    except Exception as e:  # reported per row, never hidden
+        err = f"{type(e).__name__}: {e}"
+
+        def missing(*args, **kwargs):
+            raise RuntimeError(err)
+        return missing
+
+
+def cases(B, T, H, D, dtype):
+    retention = fla_op("retention", "chunk_retention")
+    simple_gla = fla_op("simple_gla", "chunk_simple_gla")
+    gla = fla_op("gla", "chunk_gla")
+    rwkv6 = fla_op("rwkv6", "chunk_rwkv6")
+    delta_rule = fla_op("delta_rule", "chunk_delta_rule")
+    gated_delta = fla_op("gated_delta_rule", "chunk_gated_delta_rule")
+    hgrn = fla_op("hgrn", "chunk_hgrn")
+
+    yield "retnet", lambda a: retention(a["q"], a["k"], a["v"])[0], inputs(B, T, H, D, dtype, None)
+    yield "mamba2", lambda a: simple_gla(a["q"], a["k"], a["v"], g=a["g"])[0], inputs(B, T, H, D, dtype, "scalar")
+    yield "gla", lambda a: gla(a["q"], a["k"], a["v"], g=a["g"])[0], inputs(B, T, H, D, dtype, "diagonal")
+    yield "hgrn2", lambda a: gla(a["q"], a["k"], a["v"], g=a["g"])[0], inputs(B, T, H, D, dtype, "diagonal")
+    yield "rwkv6", lambda a: rwkv6(a["q"], a["k"], a["v"], a["g"], a["u"])[0], inputs(B, T, H, D, dtype, "diagonal", bonus=True)
+    yield "deltanet", lambda a: delta_rule(a["q"], a["k"], a["v"], a["beta"])[0], inputs(B, T, H, D, dtype, None, delta=True)
+    yield "gated_deltanet", lambda a: gated_delta(a["q"], a["k"], a["v"], a["g"], a["beta"])[0], inputs(B, T, H, D, dtype, "scalar", delta=True)
+    C = H * D
+    yield "hgrn", lambda a: hgrn(a["x"], a["g"])[0], dict(
+        x=torch.randn(B, T, C, device="cuda", dtype=dtype),
+        g=F.logsigmoid(torch.randn(B, T, C, device="cuda", dtype=torch.float32)))
+    yield "sdpa", lambda a: F.scaled_dot_product_attention(
+        a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["v"].transpose(1, 2), is_causal=True), inputs(B, T, H, D, dtype, None)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="8,4096,8,128")
+    p.add_argument("--dtype", default="bf16")
+    args = p.parse_args()
+    B, T, H, D = map(int, args.shape.split(","))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    torch.manual_seed(0)
+    for name, fn, a in cases(B, T, H, D, dtype):
+        row = dict(variant=name, backend="fla", B=B, T=T, H=H, D=D, dtype=args.dtype)
+        try:
+            row["fwd_ms"] = triton.testing.do_bench(lambda: fn(a), warmup=25, rep=200, return_mode="median")
+        except Exception as e:  # report, never hide
+            row["fwd_error"] = f"{type(e).__name__}: {e}"[:200]
+        leaves = {k: (t.detach().requires_grad_(True) if t.is_floating_point() else t) for k, t in a.items()}
+        try:
+            do = torch.randn_like(fn(leaves))
+            row["fwdbwd_ms"] = triton.testing.do_bench(lambda: fn(leaves).backward(do), warmup=25, rep=200,
+                                                       return_mode="median", grad_to_none=list(leaves.values()))
+        except Exception as e:
+            row["fwdbwd_error"] = f"{type(e).__name__}: {e}"[:200]
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

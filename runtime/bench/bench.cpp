@@ -1,0 +1,147 @@
+#include "bench/bench.h"
+
+#include "bench/timer.h"
+#include "ops/recurrence_ops.h"
+
+#include <torch/torch.h>
+
+#include <iomanip>
+#include <stdexcept>
+
+namespace linac::bench {
+namespace {
+
+torch::ScalarType scalarType(const std::string& dtype) {
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp16") return torch::kFloat16;
+  if (dtype == "fp32") return torch::kFloat32;
+  throw std::invalid_argument("bench: unknown dtype '" + dtype + "'; valid: bf16, fp16, fp32");
+}
+
+bool isNotImplemented(const std::exception& e) {
+  return std::string(e.what()).find("not implemented") != std::string::npos;
+}
+
+/// Times `fn`, or records why it cannot run on this backend.
+Timing timeOrSkip(const std::string& what, double floorMs, const std::function<void()>& fn,
+                  const Options& o) {
+  Timing t{what, 0.0, floorMs, true, ""};
+  try {
+    t.medianMs = medianMs(fn, o.backend == "cuda", o.warmup, o.iters);
+  } catch (const std::exception& e) {
+    if (!isNotImplemented(e)) throw;
+    t.ran = false;
+    t.note = e.what();
+  }
+  return t;
+}
+
+}  // namespace
+
+std::vector<Timing> run(const runtime::VariantKernels& kernels, const Options& o) {
+  if (o.backend == "cuda" && !torch::cuda::is_available())
+    throw std::invalid_argument("bench: --backend cuda, but no CUDA device is available");
+  const auto dev = o.backend == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  const auto type = scalarType(o.dtype);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
+  const int64_t B = o.batch, T = o.seqLen, H = o.heads, D = o.headDim;
+  const double elem = torch::elementSize(type);
+  auto floorMs = [&](double bytes) { return bytes / o.bandwidth * 1e3; };
+  std::vector<Timing> out;
+  torch::manual_seed(0);
+
+  if (kernels.vectorState) {  // HGRN: one channel per hidden unit, D = H * headDim
+    const int64_t C = H * D;
+    torch::Tensor x = torch::randn({B, T, C}, f32).to(type);
+    torch::Tensor g = torch::log_sigmoid(torch::randn({B, T, C}, f32));
+    const double n = double(B * T * C);
+    out.push_back(timeOrSkip("fwd", floorMs(n * (2 * elem + 4)), [&] {
+      torch::NoGradGuard ng;
+      ops::scan(x, g, torch::Tensor(), torch::Tensor(), false);
+    }, o));
+    torch::Tensor xg = x.detach().requires_grad_(true), gg = g.detach().requires_grad_(true);
+    torch::Tensor dh = torch::randn({B, T, C}, f32).to(type);
+    out.push_back(timeOrSkip("fwd+bwd", floorMs(n * (5 * elem + 8)), [&] {
+      auto [h, ht] = ops::scan(xg, gg, torch::Tensor(), torch::Tensor(), false);
+      h.backward(dh);
+    }, o));
+    return out;
+  }
+
+  const auto& kind = kernels.kind;
+  const bool delta = kind.update == kernels::UpdateRule::Delta;
+  auto keys = [&] {
+    torch::Tensor k = torch::randn({B, T, H, D}, f32);
+    return (delta ? k / k.norm(2, -1, true) : k).to(type);
+  };
+  ops::RecurrenceInputs in{keys(), keys(), torch::randn({B, T, H, D}, f32).to(type)};
+  double gBytes = 0;
+  switch (kind.decay) {
+  case kernels::DecayClass::None: break;
+  case kernels::DecayClass::Fixed: in.g = torch::log_sigmoid(torch::randn({H}, f32)); break;
+  case kernels::DecayClass::Scalar:
+    in.g = torch::log_sigmoid(torch::randn({B, T, H}, f32));
+    gBytes = 4.0 * B * T * H;
+    break;
+  case kernels::DecayClass::Diagonal:
+    in.g = torch::log_sigmoid(torch::randn({B, T, H, D}, f32));
+    gBytes = 4.0 * B * T * H * D;
+    break;
+  }
+  if (delta) in.beta = torch::sigmoid(torch::randn({B, T, H}, f32));
+  if (kind.readout == kernels::Readout::ExclusiveBonus) in.u = torch::randn({H, D}, f32);
+  const double betaBytes = delta ? 4.0 * B * T * H : 0.0;
+  const double tensorBytes = elem * B * T * H * D;  // one of q, k, v, o
+  ops::RecurrenceOptions opt{kind, 1.0 / std::sqrt(double(D)), kernels.chunk, false};
+
+  // fwd reads q, k, v, g, beta and writes o; bwd also reads do and writes dq, dk, dv, dg, dbeta.
+  out.push_back(timeOrSkip("fwd", floorMs(4 * tensorBytes + gBytes + betaBytes), [&] {
+    torch::NoGradGuard ng;
+    ops::recurrence(in, opt);
+  }, o));
+  ops::RecurrenceInputs grad = in;
+  for (torch::Tensor* t : {&grad.q, &grad.k, &grad.v, &grad.g, &grad.beta})
+    if (t->defined()) *t = t->detach().requires_grad_(true);
+  torch::Tensor dO = torch::randn({B, T, H, D}, f32).to(type);
+  out.push_back(timeOrSkip("fwd+bwd", floorMs(9 * tensorBytes + 3 * (gBytes + betaBytes)), [&] {
+    auto [o_, ht] = ops::recurrence(grad, opt);
+    o_.backward(dO);
+  }, o));
+
+  // One decode step for B sequences: reads q, k, v and the state, writes o and the state.
+  ops::RecurrenceInputs step{in.q.select(1, 0).contiguous(), in.k.select(1, 0).contiguous(),
+                             in.v.select(1, 0).contiguous()};
+  if (in.g.defined()) step.g = in.g.dim() == 1 ? in.g : in.g.select(1, 0).contiguous();
+  if (in.beta.defined()) step.beta = in.beta.select(1, 0).contiguous();
+  step.u = in.u;
+  torch::Tensor state = torch::zeros({B, H, D, D}, f32);
+  out.push_back(timeOrSkip("step", floorMs(2.0 * 4 * B * H * D * D), [&] {
+    torch::NoGradGuard ng;
+    ops::recurrenceStep(step, state, opt);
+  }, o));
+  return out;
+}
+
+void print(const std::string& name, const Options& o, const std::vector<Timing>& timings,
+           std::ostream& os, std::ostream* json) {
+  os << "linac bench " << name << " (" << o.backend << ", " << o.dtype << ", B=" << o.batch << " T=" << o.seqLen
+     << " H=" << o.heads << " D=" << o.headDim << ", median of " << o.iters << ")\n";
+  os << std::left << std::setw(10) << "op" << std::right << std::setw(12) << "median ms" << std::setw(12)
+     << "floor ms" << std::setw(10) << "x floor" << "\n";
+  for (const auto& t : timings) {
+    os << std::left << std::setw(10) << t.what << std::right << std::fixed << std::setprecision(3);
+    if (t.ran)
+      os << std::setw(12) << t.medianMs << std::setw(12) << t.floorMs << std::setw(10) << std::setprecision(1)
+         << t.medianMs / t.floorMs << "\n";
+    else
+      os << std::setw(12) << "-" << std::setw(12) << t.floorMs << std::setw(10) << "-" << "  (" << t.note << ")\n";
+    os << std::defaultfloat;
+    if (json)
+      *json << "{\"variant\": \"" << name << "\", \"op\": \"" << t.what << "\", \"backend\": \"" << o.backend
+            << "\", \"dtype\": \"" << o.dtype << "\", \"B\": " << o.batch << ", \"T\": " << o.seqLen
+            << ", \"H\": " << o.heads << ", \"D\": " << o.headDim << ", \"median_ms\": "
+            << (t.ran ? std::to_string(t.medianMs) : "null") << ", \"floor_ms\": " << t.floorMs << "}\n";
+  }
+}
+
+}  // namespace linac::bench
