@@ -29,6 +29,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "gated_delta_diag",
     "46db8992eddc39bc819cc65357d7ef582310d12db4c62783c06d49011b71abf9",
@@ -38,7 +42,7 @@ const runtime::VariantKernels kKernels{
     {
         {"decay", {"gk"}, &decayForward, &decayPartials},
         {"beta", {"b"}, &betaForward, &betaPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

@@ -29,6 +29,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "gated_deltanet",
     "27fab45ad12b47f01f183d9429ea8c31f0263941fd596707272acef4e6f16d1b",
@@ -38,7 +42,7 @@ const runtime::VariantKernels kKernels{
     {
         {"decay", {"A_log", "a", "dt_bias"}, &decayForward, &decayPartials},
         {"beta", {"b"}, &betaForward, &betaPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

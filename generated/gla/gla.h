@@ -77,4 +77,20 @@ LINAC_HD float gate(float g) {
   return t5;
 }
 
+/// Partial derivatives of `gate` with respect to each argument (linac-differentiate).
+LINAC_HD void gate_grad(float g, float* d_g) {
+  const float t0 = 1.0f;
+  const float t1 = -g;
+  const float t2 = expf(t1);
+  const float t3 = t2 + t0;
+  const float t4 = t0 / t3;
+  const float t5 = g * t4;
+  const float t6 = t5 / t3;
+  const float t7 = -t6;
+  const float t8 = t7 * t2;
+  const float t9 = -t8;
+  const float t10 = t4 + t9;
+  *d_g = t10;
+}
+
 }  // namespace linac::generated::gla

@@ -21,6 +21,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "gla",
     "b34e405199cbbdb8e55e5932b973774f2fca617d2b87ecf19f10b963a7ec715a",
@@ -29,7 +33,7 @@ const runtime::VariantKernels kKernels{
     kChunk,
     {
         {"decay", {"gk"}, &decayForward, &decayPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

@@ -29,6 +29,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "hgrn",
     "c3b45cd5468de9e531c5ad8664807f7b21ac3bc72c3dff96f4bc8552f9b7f738",
@@ -38,7 +42,7 @@ const runtime::VariantKernels kKernels{
     {
         {"v", {"i", "layer", "num_layers", "fx"}, &vForward, &vPartials},
         {"decay", {"layer", "num_layers", "fx"}, &decayForward, &decayPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

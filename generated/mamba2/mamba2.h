@@ -122,10 +122,32 @@ LINAC_HD float gate(float z) {
   return t5;
 }
 
+/// Partial derivatives of `gate` with respect to each argument (linac-differentiate).
+LINAC_HD void gate_grad(float z, float* d_z) {
+  const float t0 = 1.0f;
+  const float t1 = -z;
+  const float t2 = expf(t1);
+  const float t3 = t2 + t0;
+  const float t4 = t0 / t3;
+  const float t5 = z * t4;
+  const float t6 = t5 / t3;
+  const float t7 = -t6;
+  const float t8 = t7 * t2;
+  const float t9 = -t8;
+  const float t10 = t4 + t9;
+  *d_z = t10;
+}
+
 /// `residual` at specs/mamba2.yaml:31:14; result !linac.field<token, value>.
 LINAC_HD float residual(float D, float x) {
   const float t0 = D * x;
   return t0;
+}
+
+/// Partial derivatives of `residual` with respect to each argument (linac-differentiate).
+LINAC_HD void residual_grad(float D, float x, float* d_D, float* d_x) {
+  *d_D = x;
+  *d_x = D;
 }
 
 }  // namespace linac::generated::mamba2

@@ -29,8 +29,16 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 void residualForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = residual(x[0][i], x[1][i]);
+}
+
+void residualPartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) residual_grad(x[0][i], x[1][i], &d[0][i], &d[1][i]);
 }
 
 const runtime::VariantKernels kKernels{
@@ -42,8 +50,8 @@ const runtime::VariantKernels kKernels{
     {
         {"k", {"dt_in", "dt_bias", "B"}, &kForward, &kPartials},
         {"decay", {"A_log", "dt_in", "dt_bias"}, &decayForward, &decayPartials},
-        {"gate", {"z"}, &gateForward, nullptr},
-        {"residual", {"D", "x"}, &residualForward, nullptr},
+        {"gate", {"z"}, &gateForward, &gatePartials},
+        {"residual", {"D", "x"}, &residualForward, &residualPartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

@@ -21,6 +21,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "retnet",
     "063ce38d6aa78861e4ba15acd9dce7f55271ba72c11dcf81c3d1d3067d10910b",
@@ -29,7 +33,7 @@ const runtime::VariantKernels kKernels{
     kChunk,
     {
         {"decay", {"head"}, &decayForward, &decayPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

@@ -21,6 +21,10 @@ void gateForward(const float* const* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate(x[0][i]);
 }
 
+void gatePartials(const float* const* x, float* const* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
+}
+
 const runtime::VariantKernels kKernels{
     "rwkv6",
     "2546fa091cfd6bdf16955c88d54315c762608a032de6bc13e632ea0000818d4e",
@@ -29,7 +33,7 @@ const runtime::VariantKernels kKernels{
     kChunk,
     {
         {"decay", {"w"}, &decayForward, &decayPartials},
-        {"gate", {"g"}, &gateForward, nullptr},
+        {"gate", {"g"}, &gateForward, &gatePartials},
     }};
 
 const runtime::Registration kRegistration(&kKernels);

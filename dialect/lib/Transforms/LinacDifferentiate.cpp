@@ -1,7 +1,8 @@
 //===- LinacDifferentiate.cpp - -linac-differentiate -----------------------===//
 //
 // Reverse-mode differentiation of the scalar bodies of prologue maps that feed
-// any operand of a recurrence (q, k, v, decay, beta). The gradient map for a map result
+// any operand of a recurrence (q, k, v, decay, beta) or the output's gate and
+// residual. The gradient map for a map result
 // r over operands x_0..x_{N-1} has N results: dr/dx_i (broadcast type).
 //
 //===----------------------------------------------------------------------===//
@@ -280,6 +281,19 @@ struct LinacDifferentiate
         });
         if (!seen)
           targets.push_back({map, index, name});
+      }
+    });
+    // The epilogue's gate and residual expressions need derivatives for training too.
+    getOperation().walk([&](OutputOp op) {
+      for (auto [value, name] : {std::pair<Value, StringRef>{op.getGate(), "gate"},
+                                 {op.getResidual(), "residual"}}) {
+        if (!value)
+          continue;
+        auto map = value.getDefiningOp<MapOp>();
+        if (!map || map.isGradient())
+          continue;
+        unsigned index = cast<OpResult>(value).getResultNumber();
+        targets.push_back({map, index, name});
       }
     });
     for (const Target &t : targets)

@@ -35,7 +35,7 @@ def LinacDifferentiatePass : Pass<"linac-differentiate", "::mlir::ModuleOp"> {
   let summary = "derive gradients of prologue maps (reverse mode)";
   let description = [{
     For every `linac.map` result that feeds a recurrence operand (`q`, `k`,
-    `v`, `decay`, `beta`) directly, creates right after the map a
+    `v`, `decay`, `beta`) or the output's `gate` or `residual` directly, creates right after the map a
     `linac.map {role = "grad:<operand>"}` over the same operands whose i-th
     result is d(result)/d(operand i), built by reverse-mode differentiation
     of the scalar body. If the map has several results, the differentiated

@@ -1,0 +1,36 @@
+// Full causal softmax attention (kind: attention), as fla's layers/attn.py: q/k/v/o projections
+// without bias, RoPE on q and k, GQA when kv_heads < heads, scaled_dot_product_attention.
+#pragma once
+
+#include "model/layers.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+namespace linac::model {
+
+struct AttentionDims {
+  int64_t hidden = 0, heads = 0, kvHeads = 0, headDim = 0;
+};
+
+/// Heads: preset.attnHeads when given (the preset fixes the attention layers' heads), else the
+/// spec's; head dim: the spec's key_dim at that head count; kv heads: attention.kv_heads or heads.
+AttentionDims resolveAttentionDims(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
+
+class AttentionMixerImpl : public torch::nn::Module {
+public:
+  AttentionMixerImpl(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
+  static Plan plan(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
+  /// x [B, T, hidden] -> [B, T, hidden].
+  torch::Tensor forward(const torch::Tensor& x);
+
+private:
+  spec::AttentionSpec attention_;
+  AttentionDims dims_;
+  std::map<std::string, torch::Tensor> params_;
+};
+TORCH_MODULE(AttentionMixer);
+
+}  // namespace linac::model

@@ -1,0 +1,116 @@
+#include "model/layers.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace linac::model {
+
+int64_t planCount(const Plan& plan) {
+  int64_t n = 0;
+  for (const auto& p : plan) {
+    int64_t e = 1;
+    for (int64_t d : p.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+namespace {
+
+/// A spec parameter's initial values (specs/README.md, params.init).
+torch::Tensor specInit(const spec::InitSpec& init, const std::vector<int64_t>& shape) {
+  auto uniform = [&](double a, double b) { return a + (b - a) * torch::rand(shape); };
+  switch (init.kind) {
+  case spec::InitKind::Zeros: return torch::zeros(shape);
+  case spec::InitKind::Ones: return torch::ones(shape);
+  case spec::InitKind::Constant: return torch::full(shape, init.a);
+  case spec::InitKind::Normal: return init.a * torch::randn(shape);
+  case spec::InitKind::Uniform: return uniform(init.a, init.b);
+  case spec::InitKind::LogUniform: return torch::log(uniform(init.a, init.b));
+  case spec::InitKind::DtBias: {
+    // Mamba: dt log-uniform in [a, b], stored as its inverse softplus so softplus(dt_bias) = dt.
+    torch::Tensor dt = torch::exp(uniform(std::log(init.a), std::log(init.b)));
+    return dt + torch::log(-torch::expm1(-dt));
+  }
+  }
+  throw std::invalid_argument("model: unknown parameter init");
+}
+
+}  // namespace
+
+torch::Tensor initTensor(const ParamInit& init, const std::vector<int64_t>& shape) {
+  switch (init.kind) {
+  case ParamInit::Kind::Normal: return init.a * torch::randn(shape);
+  case ParamInit::Kind::Zeros: return torch::zeros(shape);
+  case ParamInit::Kind::Ones: return torch::ones(shape);
+  case ParamInit::Kind::Uniform: return init.a + (init.b - init.a) * torch::rand(shape);
+  case ParamInit::Kind::Spec: return specInit(init.spec, shape);
+  }
+  throw std::invalid_argument("model: unknown parameter init");
+}
+
+void registerPlan(torch::nn::Module& module, const Plan& plan,
+                  std::map<std::string, torch::Tensor>& out) {
+  for (const auto& p : plan) out[p.name] = module.register_parameter(p.name, initTensor(p.init, p.shape));
+}
+
+int64_t intermediateSize(const spec::PresetSpec& preset) {
+  if (preset.intermediate > 0) return preset.intermediate;
+  const auto i = static_cast<int64_t>(preset.hidden * 4 * 2 / 3.0);  // fla: int(hidden * 4 * 2 / 3)
+  return 256 * ((i + 255) / 256);
+}
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
+}
+
+torch::Tensor rope(const torch::Tensor& x, double theta) {
+  const int64_t T = x.size(1), D = x.size(-1);
+  if (D % 2) throw std::invalid_argument("rope: head dim " + std::to_string(D) + " is odd");
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
+  torch::Tensor invFreq = torch::pow(theta, -torch::arange(0, D, 2, opts) / double(D));  // [D/2]
+  torch::Tensor freqs = torch::outer(torch::arange(T, opts), invFreq);                   // [T, D/2]
+  torch::Tensor cos = freqs.cos().to(x.scalar_type()).view({1, T, 1, D / 2});
+  torch::Tensor sin = freqs.sin().to(x.scalar_type()).view({1, T, 1, D / 2});
+  torch::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+torch::Tensor l2Normalize(const torch::Tensor& x, double eps) {
+  return x * torch::rsqrt(x.pow(2).sum(-1, true) + eps);
+}
+
+torch::Tensor causalConv(const torch::Tensor& x, const torch::Tensor& weight) {
+  const int64_t T = x.size(1), C = x.size(2), W = weight.size(-1);
+  // [B, C, T] padded by W - 1 on both sides; the first T outputs are the causal ones.
+  torch::Tensor y = torch::conv1d(x.transpose(1, 2), weight, {}, /*stride=*/{1}, /*padding=*/{W - 1},
+                                  /*dilation=*/{1}, /*groups=*/C);  // [B, C, T + W - 1]
+  return y.narrow(2, 0, T).transpose(1, 2);                        // [B, T, C]
+}
+
+torch::Tensor activate(const torch::Tensor& x, spec::Activation a) {
+  switch (a) {
+  case spec::Activation::None: return x;
+  case spec::Activation::Silu: return torch::silu(x);
+  case spec::Activation::Sigmoid: return torch::sigmoid(x);
+  case spec::Activation::Relu: return torch::relu(x);
+  case spec::Activation::Tanh: return torch::tanh(x);
+  case spec::Activation::Elu1: return torch::elu(x) + 1.0;
+  }
+  throw std::invalid_argument("model: unknown activation");
+}
+
+Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix) {
+  return {{prefix + "_gate", {intermediate, hidden}, ParamInit::normal()},
+          {prefix + "_up", {intermediate, hidden}, ParamInit::normal()},
+          {prefix + "_down", {hidden, intermediate}, ParamInit::normal()}};
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const std::map<std::string, torch::Tensor>& params,
+                     const std::string& prefix) {
+  torch::Tensor gate = torch::linear(x, params.at(prefix + "_gate"));  // [B, T, I]
+  torch::Tensor up = torch::linear(x, params.at(prefix + "_up"));      // [B, T, I]
+  return torch::linear(torch::silu(gate) * up, params.at(prefix + "_down"));
+}
+
+}  // namespace linac::model

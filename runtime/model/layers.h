@@ -1,0 +1,87 @@
+// Building blocks shared by the mixers and the LM (DESIGN.md section 5): parameter plans (one
+// list of shapes and initialisers per layer, used both to allocate the parameters and to count
+// them without allocating), RMSNorm, RoPE, the SwiGLU MLP, the short causal conv, L2 norm.
+#pragma once
+
+#include "linac/Spec/Spec.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace linac::model {
+
+/// fla's norm_eps and initializer_range.
+constexpr double kNormEps = 1e-6;
+constexpr double kInitStd = 0.02;
+
+/// How a parameter starts. Projections, convs and embeddings follow fla's _init_weights
+/// (normal, std 0.02; biases zero); norm weights are ones; spec params use their spec init.
+struct ParamInit {
+  enum class Kind { Normal, Zeros, Ones, Uniform, Spec };
+  Kind kind = Kind::Normal;
+  double a = kInitStd, b = 0.0;  // Normal: std a; Uniform: [a, b)
+  spec::InitSpec spec;           // Kind::Spec
+
+  static ParamInit normal(double std = kInitStd) { return make(Kind::Normal, std, 0.0); }
+  static ParamInit zeros() { return make(Kind::Zeros, 0.0, 0.0); }
+  static ParamInit ones() { return make(Kind::Ones, 0.0, 0.0); }
+  static ParamInit uniform(double a, double b) { return make(Kind::Uniform, a, b); }
+  static ParamInit fromSpec(const spec::InitSpec& s) {
+    ParamInit i = make(Kind::Spec, 0.0, 0.0);
+    i.spec = s;
+    return i;
+  }
+
+private:
+  static ParamInit make(Kind k, double a, double b) {
+    ParamInit i;
+    i.kind = k, i.a = a, i.b = b;
+    return i;
+  }
+};
+
+/// One parameter of a layer: its name (no dots: torch module parameter names), shape and init.
+struct ParamPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  ParamInit init;
+};
+using Plan = std::vector<ParamPlan>;
+
+int64_t planCount(const Plan& plan);
+/// A float32 CPU tensor drawn per `init`.
+torch::Tensor initTensor(const ParamInit& init, const std::vector<int64_t>& shape);
+/// Registers every parameter of `plan` on `module`; `out` maps plan names to the parameters.
+void registerPlan(torch::nn::Module& module, const Plan& plan,
+                  std::map<std::string, torch::Tensor>& out);
+
+/// fla's default SwiGLU width: hidden * 4 * 2/3, truncated, rounded up to a multiple of 256
+/// (or preset.intermediate when given).
+int64_t intermediateSize(const spec::PresetSpec& preset);
+
+/// x [..., D] * rsqrt(mean(x^2) + eps) * weight [D]; computed in x's dtype.
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps = kNormEps);
+
+/// Rotary position embedding (fla's RotaryEmbedding, non-interleaved: rotate halves) on
+/// x [B, T, H, D] at positions 0..T-1. D must be even.
+torch::Tensor rope(const torch::Tensor& x, double theta);
+
+/// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm).
+torch::Tensor l2Normalize(const torch::Tensor& x, double eps = kNormEps);
+
+/// Short causal depthwise conv (fla's ShortConvolution without bias): x [B, T, C], weight
+/// [C, 1, W]; out_t depends on x_{t-W+1..t} only.
+torch::Tensor causalConv(const torch::Tensor& x, const torch::Tensor& weight);
+
+torch::Tensor activate(const torch::Tensor& x, spec::Activation a);
+
+/// SwiGLU MLP parameters (fla's GatedMLP: gate_proj, up_proj, down_proj, no biases).
+Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix);
+/// down(silu(gate(x)) * up(x)) with the parameters of swigluPlan(prefix).
+torch::Tensor swiglu(const torch::Tensor& x, const std::map<std::string, torch::Tensor>& params,
+                     const std::string& prefix);
+
+}  // namespace linac::model

@@ -1,0 +1,192 @@
+#include "model/linear_layer.h"
+
+#include "oracle/expr_eval.h"
+#include "oracle/oracle.h"
+#include "ops/recurrence_ops.h"
+#include "prologue/map_op.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace linac::model {
+namespace {
+
+/// RoPE on spec inputs (RetNet's q, k): the spec has no theta field; fla's default.
+constexpr double kRopeTheta = 10000.0;
+
+}  // namespace
+
+Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
+  const MixerDims d = resolveDims(spec, hidden);
+  const ParamInit zeros = ParamInit::zeros(), ones = ParamInit::ones(), normal = ParamInit::normal();
+  Plan p;
+  for (const auto& in : spec.inputs) {
+    const int64_t out = extentWidth(in.extent, d);
+    // RWKV's mix coefficients live in [0, 1]; a uniform draw keeps gradients generic.
+    if (in.tokenShift) p.push_back({"shift_" + in.name, {hidden}, ParamInit::uniform(0.0, 1.0)});
+    if (in.lowRank > 0) {
+      p.push_back({"down_" + in.name, {in.lowRank, hidden}, normal});
+      p.push_back({"proj_" + in.name, {out, in.lowRank}, normal});
+    } else {
+      p.push_back({"proj_" + in.name, {out, hidden}, normal});
+    }
+    if (in.bias) p.push_back({"bias_" + in.name, {out}, zeros});
+    if (in.conv > 0) p.push_back({"conv_" + in.name, {out, 1, in.conv}, normal});
+  }
+  for (const auto& par : spec.params) {
+    std::vector<int64_t> shape = fieldShape(par.extent, 1, 1, d, par.name);  // [1, 1, H|1, x]
+    p.push_back({"param_" + par.name, {shape[2], shape[3]}, ParamInit::fromSpec(par.init)});
+  }
+  const int64_t width = d.heads * d.valueDim;
+  switch (spec.output.norm) {
+  case spec::NormKind::None: break;
+  case spec::NormKind::RMSNorm:  // fla's g_norm: one weight over dv, shared by the heads
+    p.push_back({"norm_weight", {d.valueDim}, ones});
+    break;
+  case spec::NormKind::GroupNorm:  // fla's GroupNorm(H, H * dv): affine over all channels
+  case spec::NormKind::LayerNorm:
+    p.push_back({"norm_weight", {width}, ones});
+    p.push_back({"norm_bias", {width}, zeros});
+    break;
+  }
+  p.push_back({"o_proj", {hidden, width}, normal});
+  return p;
+}
+
+LinearMixerImpl::LinearMixerImpl(const spec::VariantSpec& spec, int64_t hidden, int64_t layer,
+                                 int64_t numLayers, MixerBackend backend)
+    : spec_(spec), dims_(resolveDims(spec, hidden)), layer_(layer), numLayers_(numLayers),
+      backend_(backend) {
+  if (spec.kind != spec::VariantKind::Linear)
+    throw std::invalid_argument("model: '" + spec.name + "' is not a linear spec");
+  kernels_ = runtime::Registry::find(spec.name);
+  if (!kernels_)
+    throw std::invalid_argument("model: no generated code for variant '" + spec.name +
+                                "' is linked in (generate it with linac compile)");
+  for (const auto& in : spec.inputs)
+    if (in.extent == spec::Extent::Hidden)
+      throw std::invalid_argument("model: input '" + in.name + "' of '" + spec.name +
+                                  "' has extent hidden, which the linear layer does not support yet");
+  registerPlan(*this, plan(spec, hidden), params_);
+}
+
+torch::Tensor LinearMixerImpl::input(const spec::InputSpec& in, const torch::Tensor& x) const {
+  const int64_t B = x.size(0), T = x.size(1);
+  torch::Tensor h = x;  // [B, T, hidden]
+  if (in.tokenShift) {
+    torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
+    h = x + params_.at("shift_" + in.name) * (prev - x);
+  }
+  if (in.lowRank > 0) h = torch::linear(h, params_.at("down_" + in.name));  // [B, T, rank]
+  h = torch::linear(h, params_.at("proj_" + in.name),
+                    in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
+  if (in.conv > 0) h = causalConv(h, params_.at("conv_" + in.name));
+  h = activate(h, in.activation);
+  h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
+  if (in.l2norm) h = l2Normalize(h);
+  if (in.rope) h = rope(h, kRopeTheta);
+  return h;
+}
+
+torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const spec::ExprPtr& expr,
+                                          const Env& env) const {
+  const runtime::PrologueMap* map = kernels_->find(role);
+  if (map) {
+    // Compiled maps run on the CPU only (applyMap takes CPU float32): CUDA operands make a round
+    // trip. Correct but slow; a device-side map would remove it.
+    std::vector<torch::Tensor> operands;
+    for (const auto& a : map->args) operands.push_back(env.at(a).to(torch::kCPU));
+    const torch::Tensor& like = env.at("hidden");  // carries x's device and dtype
+    return prologue::applyMap(*map, operands).to(like.device(), like.scalar_type());
+  }
+  if (expr->kind == spec::ExprKind::Ref && env.count(expr->name)) return env.at(expr->name);
+  throw std::runtime_error("model: the generated code of '" + spec_.name + "' has no '" + role +
+                           "' prologue although the spec computes one; regenerate generated/");
+}
+
+torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
+  auto param = [&](const char* name) { return params_.at(name).to(o.device(), o.scalar_type()); };
+  const int64_t H = dims_.heads, dv = dims_.valueDim;
+  switch (spec_.output.norm) {
+  case spec::NormKind::None: return o;
+  case spec::NormKind::RMSNorm: return rmsNorm(o, param("norm_weight"));  // per head over dv
+  case spec::NormKind::GroupNorm: {  // per-head layer norm, affine over all H * dv channels
+    torch::Tensor mean = o.mean(-1, true), var = (o - mean).pow(2).mean(-1, true);
+    torch::Tensor y = (o - mean) * torch::rsqrt(var + kNormEps);  // [B, T, H, dv]
+    return y * param("norm_weight").view({H, dv}) + param("norm_bias").view({H, dv});
+  }
+  case spec::NormKind::LayerNorm: {
+    const auto sizes = o.sizes().vec();
+    torch::Tensor flat = o.reshape({sizes[0], sizes[1], H * dv});
+    torch::Tensor mean = flat.mean(-1, true), var = (flat - mean).pow(2).mean(-1, true);
+    torch::Tensor y = (flat - mean) * torch::rsqrt(var + kNormEps) * param("norm_weight") + param("norm_bias");
+    return y.view(sizes);
+  }
+  }
+  throw std::invalid_argument("model: unknown output norm");
+}
+
+torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool oracle) const {
+  const auto& r = spec_.recurrence;
+  const MixerDims& d = dims_;
+  auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
+    return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
+  };
+  auto layout = [&](const std::string& name, const torch::Tensor& t) {
+    return toKernelLayout(name, t, B, T, d, *kernels_);
+  };
+  const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
+  torch::Tensor g = decayed ? layout("decay", role("decay", r.decay)) : torch::Tensor();
+  torch::Tensor v = layout("v", role("v", r.v));
+  torch::Tensor o;  // [B, T, H, dv]
+  if (kernels_->vectorState) {
+    // v, g [B, T, H * dv]
+    o = oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
+    o = o.view({B, T, d.heads, d.valueDim});
+  } else {
+    torch::Tensor q = layout("q", role("q", r.q)), k = layout("k", role("k", r.k));  // [B, T, H, dk]
+    torch::Tensor beta = r.update == spec::UpdateKind::Delta ? layout("beta", role("beta", r.beta))
+                                                             : torch::Tensor();      // [B, T, H]
+    torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus ? layout("u", env.at(r.bonus))
+                                                                     : torch::Tensor();  // [H, dk]
+    const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
+    if (oracle) {
+      o = oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
+    } else {
+      ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, false};
+      o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
+    }
+  }
+  if (spec_.output.residual) o = o + role("residual", spec_.output.residual);
+  o = norm(o);
+  if (spec_.output.gate) o = o * role("gate", spec_.output.gate);
+  return o.reshape({B, T, d.heads * d.valueDim});
+}
+
+torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), H = dims_.heads;
+  Env env;  // field layout (roles.h), x's dtype and device
+  for (const auto& in : spec_.inputs) env[in.name] = input(in, x);
+  for (const auto& p : spec_.params)
+    env[p.name] = params_.at("param_" + p.name).to(x.scalar_type()).view(fieldShape(p.extent, 1, 1, dims_, p.name));
+  auto scalar = [&](double value) { return torch::full({1, 1, 1, 1}, value, x.options()); };
+  env["head"] = torch::arange(H, x.options()).view({1, 1, H, 1});
+  env["layer"] = scalar(double(layer_));
+  env["num_layers"] = scalar(double(numLayers_));
+  env["key_dim"] = scalar(double(dims_.keyDim));
+  env["value_dim"] = scalar(double(dims_.valueDim));
+  env["hidden"] = scalar(double(dims_.hidden));
+  torch::Tensor o;  // [B, T, H * dv]
+  if (backend_ == MixerBackend::Oracle) {
+    // The oracle runs in float64 on the CPU: every value the mixer reads is converted (the
+    // conversion is differentiable, so gradients flow back to the float32 parameters).
+    Env env64;
+    for (const auto& [name, t] : env) env64[name] = t.to(torch::kCPU, torch::kFloat64);
+    o = mix(env64, B, T, true).to(x.device(), x.scalar_type());
+  } else {
+    o = mix(env, B, T, false);
+  }
+  return torch::linear(o, params_.at("o_proj").to(o.scalar_type()));
+}
+
+}  // namespace linac::model

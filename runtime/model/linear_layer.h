@@ -1,0 +1,53 @@
+// The linear-attention mixer of one layer, built from a variant spec (one class for every spec):
+// per-input projections with their post-processing, the spec's roles (compiled prologue maps or
+// the oracle's expression evaluator), the recurrence (generated kernels or the float64 oracle),
+// then the output stage (residual, norm, gate) and W_o.
+#pragma once
+
+#include "model/layers.h"
+#include "model/model.h"
+#include "model/roles.h"
+#include "registry/registry.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+namespace linac::model {
+
+class LinearMixerImpl : public torch::nn::Module {
+public:
+  /// `layer` (0-based) and `numLayers` are the values of the spec's `layer` and `num_layers`.
+  /// Throws std::invalid_argument when no generated code for the spec is linked in or the spec
+  /// uses something the layer does not support (extent hidden).
+  LinearMixerImpl(const spec::VariantSpec& spec, int64_t hidden, int64_t layer, int64_t numLayers,
+                  MixerBackend backend);
+
+  /// The parameters a layer of this spec has at width `hidden` (names, shapes, inits).
+  static Plan plan(const spec::VariantSpec& spec, int64_t hidden);
+
+  /// x [B, T, hidden] -> [B, T, hidden].
+  torch::Tensor forward(const torch::Tensor& x);
+
+private:
+  using Env = std::map<std::string, torch::Tensor>;
+
+  /// One input after token shift, projection, conv, activation, L2 norm and RoPE: field layout.
+  torch::Tensor input(const spec::InputSpec& in, const torch::Tensor& x) const;
+  /// A role's value on the Kernels backend (field layout, x's dtype and device).
+  torch::Tensor kernelRole(const std::string& role, const spec::ExprPtr& expr, const Env& env) const;
+  /// Roles, recurrence and output stage over `env`; oracle: float64 on the CPU. -> [B, T, H * dv].
+  torch::Tensor mix(const Env& env, int64_t B, int64_t T, bool oracle) const;
+  torch::Tensor norm(const torch::Tensor& o) const;
+
+  spec::VariantSpec spec_;
+  const runtime::VariantKernels* kernels_ = nullptr;
+  MixerDims dims_;
+  int64_t layer_ = 0, numLayers_ = 0;
+  MixerBackend backend_;
+  std::map<std::string, torch::Tensor> params_;
+};
+TORCH_MODULE(LinearMixer);
+
+}  // namespace linac::model
