@@ -70,10 +70,6 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   }
 }
 
-void chunkBackward(const RecurrenceKind&, DType, const RecurrenceShape&,
-                   const RecurrenceBackwardArgs&, cudaStream_t) {
-  throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
-                           ": chunkBackward is not implemented on CUDA yet");
-}
+// chunkBackward lives in chunk_backward.cu.
 
 }  // namespace linac::kernels::cuda

@@ -17,7 +17,8 @@ namespace linac::kernels::cuda {
 void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                   const RecurrenceForwardArgs& args, cudaStream_t stream);
 
-/// Chunkwise backward. Not implemented on CUDA yet: throws std::runtime_error.
+/// Chunkwise backward (chunk_backward.cu): exact, writes every non-null gradient. dk in
+/// {64, 128, 256}, dv a multiple of 16. Allocates its workspace with cudaMallocAsync on `stream`.
 void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                    const RecurrenceBackwardArgs& args, cudaStream_t stream);
 
@@ -30,7 +31,7 @@ void recurrentStep(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
 void scanForward(DType dtype, const ScanShape& shape, const ScanForwardArgs& args,
                  cudaStream_t stream);
 
-/// Not implemented on CUDA yet: throws std::runtime_error.
+/// HGRN vector scan backward: d_x, d_g (used as scratch for h_{t-1}), d_h0; any may be null.
 void scanBackward(DType dtype, const ScanShape& shape, const ScanBackwardArgs& args,
                   cudaStream_t stream);
 

@@ -69,6 +69,56 @@ void launchScan(const ScanShape& s, const ScanForwardArgs& a, int num_seqs, cuda
   LINAC_CUDA_CHECK_LAUNCH("scanForwardKernel");
 }
 
+// Backward: dh_acc = d_ht; for t = len-1..0: dh_acc += d_h_t; d_x_t = dh_acc;
+// d_g_t = dh_acc * exp(g_t) * h_{t-1}; dh_acc *= exp(g_t); d_h0 = dh_acc. h_{t-1} is recomputed by
+// a forward sweep that parks it (fp32) in d_g, which the same thread then overwrites in reverse.
+template <typename T>
+__global__ void __launch_bounds__(kScanThreads) scanBackwardKernel(
+    const T* __restrict__ x, const float* __restrict__ g, const float* __restrict__ h0,
+    const T* __restrict__ dh, const float* __restrict__ dht, T* __restrict__ dx,
+    float* __restrict__ dg, float* __restrict__ dh0, const int64_t* __restrict__ cu_seqlens,
+    int64_t seq_len, int D) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int n = blockIdx.y;
+  if (c >= D) return;
+  int64_t bos, len;
+  if (cu_seqlens) {
+    bos = cu_seqlens[n];
+    len = cu_seqlens[n + 1] - bos;
+  } else {
+    bos = int64_t(n) * seq_len;
+    len = seq_len;
+  }
+  if (dg) {  // forward sweep: dg[t] <- h_{t-1}
+    float hc = h0 ? h0[int64_t(n) * D + c] : 0.f;
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t idx = (bos + t) * D + c;
+      dg[idx] = hc;
+      hc = expf(g[idx]) * hc + tile::toF32<T>(x[idx]);
+    }
+  }
+  float acc = dht ? dht[int64_t(n) * D + c] : 0.f;
+  for (int64_t t = len - 1; t >= 0; --t) {
+    const int64_t idx = (bos + t) * D + c;
+    acc += tile::toF32<T>(dh[idx]);
+    if (dx) dx[idx] = tile::fromF32<T>(acc);
+    const float lam = expf(g[idx]);
+    if (dg) dg[idx] = acc * lam * dg[idx];
+    acc *= lam;
+  }
+  if (dh0) dh0[int64_t(n) * D + c] = acc;
+}
+
+template <typename T>
+void launchScanBackward(const ScanShape& s, const ScanBackwardArgs& a, int num_seqs,
+                        cudaStream_t stream) {
+  const dim3 grid(unsigned((s.channels + kScanThreads - 1) / kScanThreads), unsigned(num_seqs));
+  scanBackwardKernel<T><<<grid, kScanThreads, 0, stream>>>(
+      static_cast<const T*>(a.fwd.x), a.fwd.g, a.fwd.h0, static_cast<const T*>(a.d_h), a.d_ht,
+      static_cast<T*>(a.d_x), a.d_g, a.d_h0, s.cu_seqlens, s.seq_len, int(s.channels));
+  LINAC_CUDA_CHECK_LAUNCH("scanBackwardKernel");
+}
+
 }  // namespace
 
 void scanForward(DType dtype, const ScanShape& shape, const ScanForwardArgs& args,
@@ -89,9 +139,22 @@ void scanForward(DType dtype, const ScanShape& shape, const ScanForwardArgs& arg
   }
 }
 
-void scanBackward(DType, const ScanShape&, const ScanBackwardArgs&, cudaStream_t) {
-  throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
-                           ": scanBackward is not implemented on CUDA yet");
+void scanBackward(DType dtype, const ScanShape& shape, const ScanBackwardArgs& args,
+                  cudaStream_t stream) {
+  LINAC_REQUIRE(args.fwd.x && args.fwd.g && args.d_h, "scanBackward: x, g, d_h are required");
+  int64_t num_seqs = shape.batch;
+  if (shape.cu_seqlens) {
+    LINAC_REQUIRE(shape.batch == 1 && shape.num_seqs > 0,
+                  "scanBackward: cu_seqlens needs batch == 1 and num_seqs > 0");
+    num_seqs = shape.num_seqs;
+  }
+  LINAC_REQUIRE(num_seqs <= 65535, "scanBackward: too many sequences for one grid");
+  if (num_seqs == 0 || shape.channels == 0) return;
+  switch (dtype) {
+    case DType::F32: launchScanBackward<float>(shape, args, int(num_seqs), stream); break;
+    case DType::BF16: launchScanBackward<__nv_bfloat16>(shape, args, int(num_seqs), stream); break;
+    case DType::F16: launchScanBackward<__half>(shape, args, int(num_seqs), stream); break;
+  }
 }
 
 }  // namespace linac::kernels::cuda

@@ -3,7 +3,9 @@
 // compares with a float64 token-by-token recurrence written here from recurrence.h's comments.
 // Prints a table (kind, dtype, shape, rel-RMS, PASS/FAIL), then forward timings at fla's anchor
 // shape. Exit: 0 all pass, 1 a failure, 77 no GPU (ctest SKIP_RETURN_CODE).
-// Usage: linac_cuda_lab [--quick] [--no-bench] [--seed N]
+// Backward checks: float64 reverse-mode sweep of the token recurrence (all gradients), and
+// forward+backward timings.
+// Usage: linac_cuda_lab [--quick] [--no-bench] [--no-bwd] [--seed N]
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
@@ -356,6 +358,231 @@ void runScanCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
   report("scan hgrn", dt, shp, "ht", relRms(std::vector<double>(htf.begin(), htf.end()), ht_ref));
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Backward: float64 reference = exact reverse-mode sweep of the naive token recurrence (section 3),
+// written here independently of the kernels. Loss = <o, d_o> + <ht, d_ht>.
+void runBwdCase(const Case& cs) {
+  const auto& kind = cs.kind;
+  const int B = cs.B, T = cs.T, H = cs.H, dk = cs.dk, dv = cs.dv;
+  const bool varlen = !cs.cu.empty();
+  const int N = varlen ? int(cs.cu.size()) - 1 : B;
+  const bool delta = kind.update == UpdateRule::Delta, excl = kind.readout == Readout::ExclusiveBonus;
+  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0);
+  const double scale = 1.0 / std::sqrt(double(dk));
+  const size_t tok = size_t(B) * T * H, SS = size_t(dk) * dv;
+  std::vector<float> dof(tok * dv), dhtf(cs.h0 ? size_t(N) * H * SS : 0);
+  for (auto& x : dof) x = float(normal());
+  for (auto& x : dhtf) x = float(normal());
+  auto dob = encode(dof, cs.dtype);
+
+  std::vector<double> rdq(tok * dk, 0), rdk(tok * dk, 0), rdv(tok * dv, 0), rdb(tok, 0),
+      rdu(size_t(H) * dk, 0), rdh0(size_t(N) * H * SS, 0);
+  std::vector<double> rdg(kind.decay == DecayClass::Fixed ? H : kind.decay == DecayClass::Scalar ? tok
+                          : kind.decay == DecayClass::Diagonal ? tok * dk : 0, 0.0);
+  std::vector<double> lam(dk), o(dv);
+  for (int n = 0; n < N; ++n) {
+    const int64_t bos = varlen ? cs.cu[n] : int64_t(n) * T;
+    const int64_t len = varlen ? cs.cu[n + 1] - cs.cu[n] : T;
+    for (int h = 0; h < H; ++h) {
+      std::vector<double> St((len + 1) * SS, 0.0);  // St[t] = S_{t-1}
+      if (cs.h0)
+        for (size_t i = 0; i < SS; ++i) St[i] = in.h0[(size_t(n) * H + h) * SS + i];
+      for (int64_t t = 0; t < len; ++t) {
+        const size_t th = size_t(bos + t) * H + h;
+        std::vector<double> S(St.begin() + t * SS, St.begin() + (t + 1) * SS);
+        decayOf(kind, in, th, h, dk, lam.data());
+        refToken(kind, dk, dv, &in.q[th * dk], &in.k[th * dk], &in.v[th * dv], lam.data(),
+                 in.beta.empty() ? 0.0 : in.beta[th], in.u.empty() ? nullptr : &in.u[size_t(h) * dk],
+                 scale, S, o.data());
+        std::copy(S.begin(), S.end(), St.begin() + (t + 1) * SS);
+      }
+      std::vector<double> dS(SS, 0.0), Pp(SS), res(dv), xw(dv), dxw(dv);
+      if (cs.h0)
+        for (size_t i = 0; i < SS; ++i) dS[i] = dhtf[(size_t(n) * H + h) * SS + i];
+      for (int64_t t = len - 1; t >= 0; --t) {
+        const size_t th = size_t(bos + t) * H + h;
+        const float *q = &in.q[th * dk], *k = &in.k[th * dk], *v = &in.v[th * dv], *d_o = &dof[th * dv];
+        const double* P = &St[t * SS];
+        decayOf(kind, in, th, h, dk, lam.data());
+        const double beta = delta ? in.beta[th] : 0.0;
+        for (int c = 0; c < dk; ++c)
+          for (int e = 0; e < dv; ++e) Pp[size_t(c) * dv + e] = lam[c] * P[size_t(c) * dv + e];
+        for (int e = 0; e < dv; ++e) {
+          res[e] = v[e];
+          if (delta)
+            for (int c = 0; c < dk; ++c) res[e] -= double(k[c]) * Pp[size_t(c) * dv + e];
+          xw[e] = delta ? beta * res[e] : double(v[e]);
+        }
+        // readout
+        if (!excl) {
+          for (int c = 0; c < dk; ++c) {
+            double a = 0;
+            for (int e = 0; e < dv; ++e) a += (Pp[size_t(c) * dv + e] + double(k[c]) * xw[e]) * d_o[e];
+            rdq[th * dk + c] = scale * a;
+            for (int e = 0; e < dv; ++e) dS[size_t(c) * dv + e] += scale * q[c] * d_o[e];
+          }
+        } else {
+          const float* u = &in.u[size_t(h) * dk];
+          double vdo = 0, bon = 0;
+          for (int e = 0; e < dv; ++e) vdo += double(v[e]) * d_o[e];
+          for (int c = 0; c < dk; ++c) {
+            double a = 0;
+            for (int e = 0; e < dv; ++e) a += P[size_t(c) * dv + e] * d_o[e];
+            rdq[th * dk + c] = scale * (a + vdo * u[c] * k[c]);
+            rdk[th * dk + c] = scale * vdo * q[c] * u[c];
+            rdu[size_t(h) * dk + c] += scale * vdo * q[c] * k[c];
+            bon += double(q[c]) * u[c] * k[c];
+          }
+          for (int e = 0; e < dv; ++e) rdv[th * dv + e] = scale * bon * d_o[e];
+        }
+        // update S_t = Pp + k xw^T
+        for (int e = 0; e < dv; ++e) {
+          double a = 0;
+          for (int c = 0; c < dk; ++c) a += dS[size_t(c) * dv + e] * k[c];
+          dxw[e] = a;
+        }
+        for (int c = 0; c < dk; ++c) {
+          double a = 0;
+          for (int e = 0; e < dv; ++e) a += dS[size_t(c) * dv + e] * xw[e];
+          rdk[th * dk + c] += a;
+        }
+        if (delta) {
+          double db = 0;
+          for (int e = 0; e < dv; ++e) {
+            db += dxw[e] * res[e];
+            rdv[th * dv + e] += beta * dxw[e];
+          }
+          rdb[th] = db;
+          for (int c = 0; c < dk; ++c) {
+            double a = 0;
+            for (int e = 0; e < dv; ++e) {
+              const double dw = -beta * dxw[e];
+              a += Pp[size_t(c) * dv + e] * dw;
+              dS[size_t(c) * dv + e] += double(k[c]) * dw;
+            }
+            rdk[th * dk + c] += a;
+          }
+        } else {
+          for (int e = 0; e < dv; ++e) rdv[th * dv + e] += dxw[e];
+        }
+        // decay
+        for (int c = 0; c < dk; ++c) {
+          double a = 0;
+          for (int e = 0; e < dv; ++e) {
+            a += Pp[size_t(c) * dv + e] * dS[size_t(c) * dv + e];
+            dS[size_t(c) * dv + e] *= lam[c];
+            if (excl) dS[size_t(c) * dv + e] += scale * q[c] * d_o[e];
+          }
+          if (kind.decay == DecayClass::Fixed) rdg[h] += a;
+          else if (kind.decay == DecayClass::Scalar) rdg[th] += a;
+          else if (kind.decay == DecayClass::Diagonal) rdg[th * dk + c] = a;
+        }
+      }
+      std::copy(dS.begin(), dS.end(), rdh0.begin() + (size_t(n) * H + h) * SS);
+    }
+  }
+
+  // device
+  const size_t es = dtypeSize(cs.dtype);
+  DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+  DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+      u(in.u.data(), in.u.size() * 4), h0(in.h0.data(), in.h0.size() * 4);
+  DevBuf cu(cs.cu.data(), cs.cu.size() * 8), dO(dob.data(), dob.size()), dht(dhtf.data(), dhtf.size() * 4);
+  DevBuf dq(tok * dk * es), dkb(tok * dk * es), dvb(tok * dv * es), dg(rdg.size() * 4),
+      db(delta ? tok * 4 : 0), du(excl ? rdu.size() * 4 : 0), dh0(rdh0.size() * 4);
+  for (DevBuf* b : {&dq, &dkb, &dvb, &dg, &db, &du, &dh0})
+    if (b->bytes) b->poison();
+  RecurrenceShape shape;
+  shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = dk; shape.value_dim = dv;
+  shape.cu_seqlens = varlen ? cu.as<int64_t>() : nullptr;
+  shape.num_seqs = N;
+  RecurrenceBackwardArgs a;
+  a.fwd.q = q.p; a.fwd.k = k.p; a.fwd.v = v.p;
+  a.fwd.g = g.as<float>(); a.fwd.beta = beta.as<float>(); a.fwd.u = u.as<float>(); a.fwd.h0 = h0.as<float>();
+  a.fwd.scale = float(scale);
+  a.d_o = dO.p; a.d_ht = dht.as<float>();
+  a.d_q = dq.p; a.d_k = dkb.p; a.d_v = dvb.p; a.d_g = dg.as<float>(); a.d_beta = db.as<float>();
+  a.d_u = du.as<float>(); a.d_h0 = dh0.as<float>();
+  kc::chunkBackward(kind, cs.dtype, shape, a, nullptr);
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  auto get = [&](const DevBuf& b, size_t n, bool typed) {
+    if (typed) {
+      std::vector<uint8_t> raw(b.bytes);
+      LINAC_CUDA_CHECK(cudaMemcpy(raw.data(), b.p, b.bytes, cudaMemcpyDeviceToHost));
+      return decode(raw, cs.dtype, n);
+    }
+    const auto f = download<float>(b, n);
+    return std::vector<double>(f.begin(), f.end());
+  };
+  char shp[96];
+  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
+                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.h0 ? "" : " noh0");
+  const std::string kn = "bwd " + kindName(kind);
+  report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
+  report(kn, cs.dtype, shp, "dk", relRms(get(dkb, rdk.size(), true), rdk));
+  report(kn, cs.dtype, shp, "dv", relRms(get(dvb, rdv.size(), true), rdv));
+  if (!rdg.empty()) report(kn, cs.dtype, shp, "dg", relRms(get(dg, rdg.size(), false), rdg));
+  if (delta) report(kn, cs.dtype, shp, "dbet", relRms(get(db, rdb.size(), false), rdb));
+  if (excl) report(kn, cs.dtype, shp, "du", relRms(get(du, rdu.size(), false), rdu));
+  if (cs.h0) report(kn, cs.dtype, shp, "dh0", relRms(get(dh0, rdh0.size(), false), rdh0));
+}
+
+void runScanBwdCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
+  const bool varlen = !cuv.empty();
+  const int N = varlen ? int(cuv.size()) - 1 : B;
+  const size_t n = size_t(B) * T * D;
+  std::vector<float> x(n), g(n), h0(size_t(N) * D), dh(n), dht(size_t(N) * D);
+  for (auto& e : x) e = float(normal());
+  for (auto& e : g) e = float(logsigmoid(normal()));
+  for (auto& e : h0) e = float(normal());
+  for (auto& e : dh) e = float(normal());
+  for (auto& e : dht) e = float(normal());
+  auto xb = encode(x, dt);
+  auto dhb = encode(dh, dt);
+  std::vector<double> rdx(n, 0), rdg(n, 0), rdh0(size_t(N) * D);
+  for (int s = 0; s < N; ++s) {
+    const int64_t bos = varlen ? cuv[s] : int64_t(s) * T, len = varlen ? cuv[s + 1] - cuv[s] : T;
+    for (int c = 0; c < D; ++c) {
+      std::vector<double> hp(len + 1);
+      hp[0] = h0[size_t(s) * D + c];
+      for (int64_t t = 0; t < len; ++t) {
+        const size_t i = size_t(bos + t) * D + c;
+        hp[t + 1] = std::exp(double(g[i])) * hp[t] + x[i];
+      }
+      double acc = dht[size_t(s) * D + c];
+      for (int64_t t = len - 1; t >= 0; --t) {
+        const size_t i = size_t(bos + t) * D + c;
+        acc += dh[i];
+        rdx[i] = acc;
+        const double lam = std::exp(double(g[i]));
+        rdg[i] = acc * lam * hp[t];
+        acc *= lam;
+      }
+      rdh0[size_t(s) * D + c] = acc;
+    }
+  }
+  DevBuf xd(xb.data(), xb.size()), gd(g.data(), n * 4), h0d(h0.data(), h0.size() * 4),
+      cu(cuv.data(), cuv.size() * 8), dhd(dhb.data(), dhb.size()), dhtd(dht.data(), dht.size() * 4),
+      dxd(n * dtypeSize(dt)), dgd(n * 4), dh0d(rdh0.size() * 4);
+  dxd.poison(); dgd.poison(); dh0d.poison();
+  ScanShape shape;
+  shape.batch = B; shape.seq_len = T; shape.channels = D;
+  shape.cu_seqlens = varlen ? cu.as<int64_t>() : nullptr; shape.num_seqs = N;
+  ScanBackwardArgs a;
+  a.fwd.x = xd.p; a.fwd.g = gd.as<float>(); a.fwd.h0 = h0d.as<float>();
+  a.d_h = dhd.p; a.d_ht = dhtd.as<float>(); a.d_x = dxd.p; a.d_g = dgd.as<float>(); a.d_h0 = dh0d.as<float>();
+  kc::scanBackward(dt, shape, a, nullptr);
+  LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> raw(dxd.bytes);
+  LINAC_CUDA_CHECK(cudaMemcpy(raw.data(), dxd.p, dxd.bytes, cudaMemcpyDeviceToHost));
+  const auto dgf = download<float>(dgd, n), dh0f = download<float>(dh0d, rdh0.size());
+  char shp[96];
+  std::snprintf(shp, sizeof shp, "B%d T%d D%d%s", B, T, D, varlen ? " varlen" : "");
+  report("bwd scan hgrn", dt, shp, "dx", relRms(decode(raw, dt, n), rdx));
+  report("bwd scan hgrn", dt, shp, "dg", relRms(std::vector<double>(dgf.begin(), dgf.end()), rdg));
+  report("bwd scan hgrn", dt, shp, "dh0", relRms(std::vector<double>(dh0f.begin(), dh0f.end()), rdh0));
+}
 // ---------------------------------------------------------------------------------------------
 template <typename F> double medianMs(F&& f, int warm = 5, int reps = 30) {
   cudaEvent_t e0, e1;
@@ -425,14 +652,57 @@ void bench() {
   }
 }
 
+
+void benchBackward() {
+  const int B = 8, T = 4096, H = 8, D = 128;
+  struct Row { const char* name; RecurrenceKind kind; double anchor; };
+  const Row rows[] = {
+      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.60},
+      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.96},
+      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 3.10},
+      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 3.04},
+      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 3.48},
+  };
+  std::printf("\nforward+backward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 20 after 3 warm-ups)\n", B, T, H, D);
+  std::printf("%-30s %10s %10s %10s %8s\n", "kind", "bwd ms", "fwd+bwd", "fla f+b", "ratio");
+  for (const auto& r : rows) {
+    Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
+    const size_t tok = size_t(B) * T * H;
+    std::vector<float> dof(tok * D);
+    for (auto& x : dof) x = float(normal());
+    auto dob = encode(dof, DType::BF16);
+    DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+    DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+        u(in.u.data(), in.u.size() * 4), dO(dob.data(), dob.size());
+    DevBuf o(tok * D * 2), dq(tok * D * 2), dk(tok * D * 2), dv(tok * D * 2),
+        dg(in.g.size() * 4), db(in.beta.size() * 4);
+    RecurrenceShape shape;
+    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
+    shape.num_seqs = B;
+    RecurrenceForwardArgs a;
+    a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
+    a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p;
+    RecurrenceBackwardArgs ba;
+    ba.fwd = a; ba.d_o = dO.p; ba.d_q = dq.p; ba.d_k = dk.p; ba.d_v = dv.p;
+    ba.d_g = in.g.empty() ? nullptr : dg.as<float>();
+    ba.d_beta = in.beta.empty() ? nullptr : db.as<float>();
+    const double bms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    const double ms = medianMs([&] {
+      kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr);
+      kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr);
+    }, 3, 20);
+    std::printf("%-30s %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, ms, r.anchor, ms / r.anchor);
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, do_bench = true;
+  bool quick = false, do_bench = true, do_bwd = true;
   uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
+    else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
   }
   int ndev = 0;
@@ -459,6 +729,14 @@ int main(int argc, char** argv) {
       runChunkCase(c);
       runStepCase({DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 2, 2, 64, 64);
       runScanCase(DType::BF16, 1, 50, 64, {0, 20, 50});
+      if (do_bwd) {
+        Case b{{DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 1, 70, 1, 64, 32, {0, 30, 70}};
+        runBwdCase(b);
+        b.kind = {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive};
+        b.dtype = DType::F32; b.cu = {}; b.B = 2; b.T = 40; b.dk = 128;
+        runBwdCase(b);
+        runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
+      }
     } else {
       // every kind x dtype, T not a multiple of the chunk, dk != dv, h0 and ht
       for (auto dt : dtypes)
@@ -487,9 +765,33 @@ int main(int argc, char** argv) {
         runScanCase(dt, 2, 333, 200, {});
         runScanCase(dt, 1, 300, 64, {0, 5, 100, 300});
       }
+      if (do_bwd) {
+        // backward: every kind x dtype (T not a multiple of the chunk, dk != dv, h0 and d_ht)
+        for (auto dt : dtypes)
+          for (auto up : updates)
+            for (auto de : decays)
+              for (auto ro : readouts) runBwdCase({{de, up, ro}, dt, 2, 150, 2, 64, 128, {}});
+        for (auto up : updates)
+          for (auto de : {DecayClass::Fixed, DecayClass::Scalar, DecayClass::Diagonal})
+            for (auto dt : {DType::BF16, DType::F32}) {
+              runBwdCase({{de, up, Readout::Inclusive}, dt, 1, 100, 2, 128, 64, {}});
+              runBwdCase({{de, up, Readout::ExclusiveBonus}, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
+              Case s{{de, up, Readout::Inclusive}, dt, 2, 130, 2, 64, 64, {}};
+              s.gmul = 10; s.gclamp = -5; runBwdCase(s);
+              s.gclamp = -20; runBwdCase(s);
+              runBwdCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 128, 128, {}, 1.0, -1e30, false});
+            }
+        runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256, {}});
+        runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
+        for (auto dt : dtypes) {
+          runScanBwdCase(dt, 2, 333, 200, {});
+          runScanBwdCase(dt, 1, 300, 64, {0, 5, 100, 300});
+        }
+      }
     }
     std::printf("\n%s: %d check(s) failed\n", g_fail ? "FAIL" : "ALL PASS", g_fail);
     if (do_bench) bench();
+    if (do_bench && do_bwd) benchBackward();
   } catch (const std::exception& e) {
     std::printf("linac_cuda_lab: error: %s\n", e.what());
     return 1;

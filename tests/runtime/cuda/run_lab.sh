@@ -14,7 +14,8 @@ echo "== build"
 start=$(date +%s)
 srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f32.cu
       runtime/kernels/cuda/chunk_forward_bf16.cu runtime/kernels/cuda/chunk_forward_f16.cu
-      runtime/kernels/cuda/recurrent_step.cu runtime/kernels/cuda/scan.cu tests/runtime/cuda/lab.cu)
+      runtime/kernels/cuda/recurrent_step.cu runtime/kernels/cuda/scan.cu runtime/kernels/cuda/chunk_backward.cu
+      tests/runtime/cuda/lab.cu)
 pids=()
 for f in "${srcs[@]}"; do
   n=$(basename "$f" .cu)
@@ -30,7 +31,7 @@ for i in "${!pids[@]}"; do
   fi
 done
 [ $fail = 0 ] || exit 1
-"${NV[@]}" "$B"/{chunk_forward,chunk_forward_f32,chunk_forward_bf16,chunk_forward_f16,recurrent_step,scan,lab}.o -o "$B/linac_cuda_lab" || exit 1
+"${NV[@]}" "$B"/{chunk_forward,chunk_forward_f32,chunk_forward_bf16,chunk_forward_f16,recurrent_step,scan,chunk_backward,lab}.o -o "$B/linac_cuda_lab" || exit 1
 echo "build took $(( $(date +%s) - start )) s"
 cat "$B"/*.ptxas.log | grep -E 'Compiling entry|registers|spill' | paste - - - > "$OUT/ptxas.log"
 grep -E 'spill (stores|loads)' "$OUT/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' | head || true
