@@ -58,7 +58,7 @@ TEST(Specs, GatedDeltaNet) {
   EXPECT_TRUE(q.l2norm);
   EXPECT_EQ(v.output.norm, NormKind::RMSNorm);
   // The decay's column: the '-' right after the opening quote.
-  EXPECT_EQ(v.recurrence.decay->loc.line, 25);
+  EXPECT_EQ(v.recurrence.decay->loc.line, 27);
   EXPECT_EQ(v.recurrence.decay->loc.col, 11);
 }
 

@@ -171,8 +171,9 @@ TEST(Model, ParameterCountsMatchFla) {
     const auto& p = gdn.preset;
     const int64_t attnLayers = p.layers / 4, h = p.hidden;
     const int64_t ours[2] = {parameterCount(gdn), parameterCount(gla)};
-    // fla configured like our specs (GDN: 4 heads x 256, expand_v 2; GLA: fla's defaults) ...
-    const int64_t same[2] = {flaModel(p, flaGatedDeltaNetLayer(h, 4, 256, 2.0), attnLayers),
+    // fla configured like our specs (GDN: 4 heads of hidden / 4, expand_v 2 -- head_dim 256 at
+    // 340m; GLA: fla's defaults) ...
+    const int64_t same[2] = {flaModel(p, flaGatedDeltaNetLayer(h, 4, h / 4, 2.0), attnLayers),
                              flaModel(p, flaGlaLayer(h, 4, 0.5, 1.0), attnLayers)};
     // ... and with GatedDeltaNetConfig's defaults (num_heads 6, head_dim 256, expand_v 2).
     const int64_t gdnDefaults = flaModel(p, flaGatedDeltaNetLayer(h, 6, 256, 2.0), attnLayers);
