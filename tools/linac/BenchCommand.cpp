@@ -1,10 +1,10 @@
 // `linac bench SPEC`: forward, forward+backward and decode-step timings of the spec's kernels.
 #include "Args.h"
 #include "Commands.h"
+#include "KernelLookup.h"
 
 #include "bench/bench.h"
 #include "linac/Spec/SpecParser.h"
-#include "registry/registry.h"
 
 #include <algorithm>
 #include <fstream>
@@ -17,9 +17,7 @@ int runBench(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2, {"backend", "shape", "dtype", "iters", "warmup", "json"}, {});
   if (args.positional.size() != 1) throw UsageError("expected exactly one SPEC file");
   spec::VariantSpec spec = spec::loadVariant(args.positional[0]);
-  const runtime::VariantKernels* kernels = runtime::Registry::find(spec.name);
-  if (!kernels)
-    throw UsageError("no generated kernels for '" + spec.name + "' in this build");
+  const runtime::VariantKernels& kernels = requireKernels(spec, args.positional[0]);
   bench::Options o;
   o.backend = args.get("backend", o.backend);
   o.dtype = args.get("dtype", o.dtype);
@@ -41,7 +39,7 @@ int runBench(int argc, char** argv) {
       throw UsageError("--shape must be B,T,H,D (four positive integers), got '" + args.get("shape", "") + "'");
     o.batch = v[0], o.seqLen = v[1], o.heads = v[2], o.headDim = v[3];
   }
-  auto timings = bench::run(*kernels, o);
+  auto timings = bench::run(kernels, o);
   std::ofstream json;
   if (args.has("json")) {
     json.open(args.get("json", ""), std::ios::app);

@@ -10,5 +10,6 @@ int runCompile(int argc, char** argv);
 bool runtimeAvailable();
 int runVerify(int argc, char** argv);
 int runBench(int argc, char** argv);
+int runTrain(int argc, char** argv);
 
 }  // namespace linac::cli

@@ -15,5 +15,6 @@ namespace {
 bool runtimeAvailable() { return false; }
 int runVerify(int, char**) { noRuntime("verify"); }
 int runBench(int, char**) { noRuntime("bench"); }
+int runTrain(int, char**) { noRuntime("train"); }
 
 }  // namespace linac::cli

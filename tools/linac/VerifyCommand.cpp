@@ -1,9 +1,9 @@
 // `linac verify SPEC`: the spec's generated kernels against the float64 oracle.
 #include "Args.h"
 #include "Commands.h"
+#include "KernelLookup.h"
 
 #include "linac/Spec/SpecParser.h"
-#include "registry/registry.h"
 #include "verify/verify.h"
 
 #include <iostream>
@@ -37,15 +37,7 @@ int runVerify(int argc, char** argv) {
   if (spec.kind == spec::VariantKind::Attention)
     throw UsageError("'" + spec.name + "' is full attention: it runs through SDPA, there is no "
                      "generated recurrence to verify");
-  const runtime::VariantKernels* kernels = runtime::Registry::find(spec.name);
-  if (!kernels)
-    throw UsageError("no generated kernels for '" + spec.name + "' in this build; run `linac compile " +
-                     args.positional[0] + " --out generated` and rebuild");
-  if (kernels->specHash != spec.hash)
-    throw UsageError("generated/" + spec.name + " was generated from another version of " +
-                     args.positional[0] + " (spec sha256 " + spec.hash.substr(0, 12) + ", generated from " +
-                     kernels->specHash.substr(0, 12) + "); regenerate with `linac compile " +
-                     args.positional[0] + " --out generated` and rebuild");
+  const runtime::VariantKernels& kernels = requireKernels(spec, args.positional[0]);
 
   verify::Options options;
   options.backend = args.get("backend", "cpu");
@@ -62,7 +54,7 @@ int runVerify(int argc, char** argv) {
       throw UsageError(std::string("--shapes: ") + e.what());
     }
   }
-  verify::Report report = verify::run(spec, *kernels, options, std::cout);
+  verify::Report report = verify::run(spec, kernels, options, std::cout);
   verify::printReport(report, std::cout);
   return report.passed() ? 0 : 1;
 }

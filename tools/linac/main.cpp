@@ -21,6 +21,9 @@ void printUsage(std::ostream& os) {
         "                       the spec's generated kernels against the float64 oracle\n"
         "  bench SPEC [--backend cuda|cpu] [--shape B,T,H,D] [--dtype bf16] [--iters N] [--json F]\n"
         "                       fwd, fwd+bwd and decode-step medians with the memory floor\n"
+        "  train SPEC [--schedule 3:1] [--preset tiny|340m|1.3b] [--data PATH] [--steps N] [--out DIR]\n"
+        "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda]\n"
+        "                       build the hybrid model and train it (embedded corpus by default)\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -40,7 +43,8 @@ int main(int argc, char** argv) {
     if (command == "compile") return linac::cli::runCompile(argc, argv);
     if (command == "verify") return linac::cli::runVerify(argc, argv);
     if (command == "bench") return linac::cli::runBench(argc, argv);
-    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "bench", "help"});
+    if (command == "train") return linac::cli::runTrain(argc, argv);
+    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {

@@ -1,0 +1,35 @@
+// Run reporting: outDir/metrics.jsonl (one JSON object per line) and the human progress line.
+// Internal to runtime/trainer.
+#pragma once
+
+#include "trainer/trainer.h"
+
+#include <fstream>
+#include <string>
+
+namespace linac::trainer::detail {
+
+/// Appends metrics lines. Train lines: {"step","loss","lr","grad_norm","tokens_per_s",
+/// "elapsed"}; eval lines: {"step","eval_loss","eval_ppl","elapsed"}. Non-finite numbers are
+/// written as null (JSON has no NaN).
+class MetricsWriter {
+public:
+  /// Opens `path` for appending. With keepUpToStep >= 0 (a resume), first drops the lines of
+  /// steps after it, which the interrupted run logged past its last checkpoint: the resumed run
+  /// logs those steps again, and the file should hold each step once.
+  MetricsWriter(const std::string& path, int64_t keepUpToStep);
+  void write(const StepStats& stats);
+  void write(const EvalStats& stats, double elapsedS);
+
+private:
+  void emit(const std::string& line);
+  std::string path_;
+  std::ofstream out_;
+};
+
+/// "step 120/1000 | loss 2.341 | lr 2.9e-04 | 5.1k tok/s | ETA 3m12s"
+std::string progressLine(const StepStats& stats, int64_t totalSteps, double etaS);
+/// "3m12s", "1h05m", "42s"
+std::string formatDuration(double seconds);
+
+}  // namespace linac::trainer::detail

@@ -1,0 +1,160 @@
+// The training loop (DESIGN.md section 5): AdamW with decoupled weight decay on matrices only,
+// linear warmup then cosine decay to a floor, gradient accumulation and clipping, bf16 autocast
+// on CUDA, held-out evaluation, metrics as JSON lines plus a progress line, atomic checkpoints
+// that resume exactly, clean stop on Ctrl-C, and a clear error on a non-finite loss.
+//
+// The trainer is model-agnostic: it takes the module (for parameters, buffers and train/eval
+// mode) and a forward functor tokens [B, T] -> logits [B, T, V], so any torch::nn::Module works.
+#pragma once
+
+#include "data/data.h"
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace linac::trainer {
+
+/// Everything the trainer reports as a failure (bad config, unreadable checkpoint, non-finite
+/// loss). `step()` is the optimizer step it happened at, or -1 when no step was involved.
+class TrainError : public std::runtime_error {
+public:
+  explicit TrainError(const std::string& what, int64_t step = -1)
+      : std::runtime_error(what), step_(step) {}
+  int64_t step() const { return step_; }
+
+private:
+  int64_t step_;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;        // optimizer steps in the whole run
+  int64_t batch = 8;           // sequences per micro-batch
+  int64_t accumulation = 1;    // micro-batches per optimizer step
+  int64_t seqLen = 256;        // tokens per sequence (the stream yields seqLen + 1)
+  double lr = 3e-4;            // peak learning rate, reached at the end of warmup
+  int64_t warmupSteps = 100;
+  double minLrRatio = 0.1;     // cosine decays to lr * minLrRatio at the last step
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weightDecay = 0.1;    // matrices only: see splitForWeightDecay
+  double gradClip = 1.0;       // max global L2 norm; <= 0 disables clipping
+  bool autocast = true;        // bf16 autocast for the forward pass on CUDA; no effect on CPU
+  int64_t evalEvery = 0;       // steps between held-out evaluations; 0 = never (except at the end)
+  int64_t evalBatches = 0;     // micro-batches of held-out windows per evaluation; 0 = all
+  int64_t checkpointEvery = 0; // steps between checkpoints; 0 = only at the end / on Ctrl-C
+  int64_t keepCheckpoints = 3; // newest checkpoints kept on disk; 0 = keep all
+  int64_t logEvery = 10;       // steps between metrics lines and progress lines
+  std::string outDir = "run";
+  uint64_t seed = 0;           // seeds torch's generators at the start of a fresh run
+  bool resume = false;         // continue from outDir/latest when it exists
+  torch::Device device = torch::kCPU;
+};
+
+/// One line of the config as JSON (written to outDir/config.json and into each checkpoint).
+std::string configToJson(const TrainConfig& config);
+
+/// The learning rate of optimizer step `step` (1-based): linear warmup from lr / warmupSteps to
+/// lr over the first warmupSteps steps, then cosine from lr down to lr * minLrRatio at `steps`.
+double learningRate(const TrainConfig& config, int64_t step);
+
+/// Parameters split for AdamW: weight decay applies to tensors with 2 or more dimensions
+/// (projection matrices, embeddings, convolution kernels) and not to 0-D/1-D tensors (norm
+/// gains, biases, per-head scalars) - decaying those pulls them towards zero rather than
+/// regularizing, and the rule needs no naming convention from the model.
+struct ParamGroups {
+  std::vector<torch::Tensor> decay;
+  std::vector<torch::Tensor> noDecay;
+  std::vector<std::string> decayNames;
+  std::vector<std::string> noDecayNames;
+};
+ParamGroups splitForWeightDecay(const torch::nn::Module& module);
+
+/// Reported after every optimizer step (to the onStep hook) and written every logEvery steps.
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;        // mean training loss over the step's micro-batches
+  double lr = 0;
+  double gradNorm = 0;    // global L2 norm before clipping
+  double tokensPerS = 0;  // over the steps since the previous report
+  double elapsedS = 0;    // wall time since this process started training
+};
+
+struct EvalStats {
+  int64_t step = 0;
+  double loss = 0;  // mean per-token cross entropy on the held-out windows
+  double ppl = 0;
+};
+
+struct TrainResult {
+  int64_t step = 0;          // optimizer steps completed (including those before a resume)
+  int64_t resumedFrom = 0;   // the checkpoint's step, 0 for a fresh run
+  bool interrupted = false;  // stopped early by SIGINT or requestStop()
+  double lastLoss = 0;
+  std::optional<EvalStats> lastEval;
+  std::string lastCheckpoint;  // path of the newest checkpoint written, empty if none
+};
+
+struct TrainHooks {
+  /// After each optimizer step; may call Trainer::requestStop() or raise SIGINT.
+  std::function<void(const StepStats&)> onStep;
+  /// After each evaluation.
+  std::function<void(const EvalStats&)> onEval;
+  /// Called when the loss or gradient norm is non-finite; returns a description of the first
+  /// layer whose output is non-finite (e.g. "layer 3 (gated_deltanet)"), or "" if none found.
+  std::function<std::string()> locateNonFinite;
+};
+
+class Trainer {
+public:
+  using Forward = std::function<torch::Tensor(const torch::Tensor& tokens)>;
+
+  /// `heldOut` is [N, seqLen + 1] int64 windows (may be undefined or empty: no evaluation).
+  /// The module must already be on config.device. The caller seeds torch before building the
+  /// module if initialization should be reproducible; the trainer seeds again at the start of a
+  /// fresh run so dropout etc. follow config.seed.
+  Trainer(TrainConfig config, std::shared_ptr<torch::nn::Module> module, Forward forward,
+          data::TokenStream& train, torch::Tensor heldOut = {}, TrainHooks hooks = {});
+  ~Trainer();
+
+  /// Runs to config.steps (or until stopped); throws TrainError on a non-finite loss.
+  TrainResult run();
+
+  /// Held-out loss over evalBatches micro-batches, in eval mode without gradients.
+  EvalStats evaluate(int64_t step);
+
+  /// Finish the current step, checkpoint and return from run(); safe from any thread.
+  void requestStop();
+
+  /// Where progress lines go (default std::cout); nullptr silences them.
+  void setProgressStream(std::ostream* out) { progress_ = out; }
+
+  const TrainConfig& config() const { return config_; }
+  torch::optim::AdamW& optimizer() { return *optimizer_; }
+
+private:
+  double trainStep(int64_t step, double& gradNorm);
+  std::string saveCheckpoint(int64_t step);
+  int64_t loadLatestCheckpoint();
+
+  TrainConfig config_;
+  std::shared_ptr<torch::nn::Module> module_;
+  Forward forward_;
+  data::TokenStream& train_;
+  torch::Tensor heldOut_;
+  TrainHooks hooks_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::ostream* progress_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace linac::trainer
