@@ -174,6 +174,29 @@ CheckpointInfo readCheckpoint(const std::string& path, torch::nn::Module& module
   return info;
 }
 
+}  // namespace linac::trainer::detail
+
+namespace linac::trainer {
+
+int64_t loadModelWeights(const std::string& path, torch::nn::Module& module, const torch::Device& device) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, device);
+    torch::serialize::InputArchive modelArchive;
+    archive.read("model", modelArchive);
+    module.load(modelArchive);
+    return detail::readInt(archive, "step");
+  } catch (const TrainError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TrainError("cannot load model weights from checkpoint " + path + ": " + e.what());
+  }
+}
+
+}  // namespace linac::trainer
+
+namespace linac::trainer::detail {
+
 void pruneCheckpoints(const std::string& outDir, int64_t keep) {
   if (keep <= 0)
     return;

@@ -114,6 +114,10 @@ struct TrainHooks {
   std::function<std::string()> locateNonFinite;
 };
 
+/// Loads only the model's parameters and buffers from a checkpoint written by Trainer (for
+/// evaluation); returns the checkpoint's step. Throws TrainError naming the path.
+int64_t loadModelWeights(const std::string& path, torch::nn::Module& module, const torch::Device& device);
+
 class Trainer {
 public:
   using Forward = std::function<torch::Tensor(const torch::Tensor& tokens)>;

@@ -11,5 +11,6 @@ bool runtimeAvailable();
 int runVerify(int argc, char** argv);
 int runBench(int argc, char** argv);
 int runTrain(int argc, char** argv);
+int runEval(int argc, char** argv);
 
 }  // namespace linac::cli

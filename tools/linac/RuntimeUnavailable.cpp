@@ -16,5 +16,6 @@ bool runtimeAvailable() { return false; }
 int runVerify(int, char**) { noRuntime("verify"); }
 int runBench(int, char**) { noRuntime("bench"); }
 int runTrain(int, char**) { noRuntime("train"); }
+int runEval(int, char**) { noRuntime("eval"); }
 
 }  // namespace linac::cli

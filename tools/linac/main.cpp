@@ -24,6 +24,8 @@ void printUsage(std::ostream& os) {
         "  train SPEC [--schedule 3:1] [--preset tiny|340m|1.3b] [--data PATH] [--steps N] [--out DIR]\n"
         "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda]\n"
         "                       build the hybrid model and train it (embedded corpus by default)\n"
+        "  eval CHECKPOINT [--tasks ppl,mqar] [--data PATH] [--mqar-pairs 2,4,8]\n"
+        "                       held-out perplexity and MQAR recall of a trained model\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -44,7 +46,9 @@ int main(int argc, char** argv) {
     if (command == "verify") return linac::cli::runVerify(argc, argv);
     if (command == "bench") return linac::cli::runBench(argc, argv);
     if (command == "train") return linac::cli::runTrain(argc, argv);
-    std::string hint = linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "help"});
+    if (command == "eval") return linac::cli::runEval(argc, argv);
+    std::string hint =
+        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
