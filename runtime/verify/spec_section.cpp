@@ -4,6 +4,7 @@
 #include "oracle/expr_eval.h"
 #include "oracle/oracle.h"
 #include "prologue/map_op.h"
+#include "model/roles.h"
 #include "verify/sections.h"
 
 #include <stdexcept>
@@ -17,16 +18,11 @@ constexpr double kNumLayers = 4.0;
 /// Parameters initialised to constants get this much N(0,1) noise, so gradients are generic.
 constexpr double kInitNoise = 0.1;
 
+/// The verify shape as the model's per-head sizes (the width is not used by field layouts).
+model::MixerDims dims(const Shape& s) { return {s.heads * s.valueDim, s.heads, s.keyDim, s.valueDim}; }
+
 std::vector<int64_t> fieldShape(spec::Extent e, bool perToken, const Shape& s, const std::string& name) {
-  const int64_t B = perToken ? s.batch : 1, T = perToken ? s.seqLen : 1;
-  switch (e) {
-  case spec::Extent::Scalar: return {B, T, 1, 1};
-  case spec::Extent::Head: return {B, T, s.heads, 1};
-  case spec::Extent::Key: return {B, T, s.heads, s.keyDim};
-  case spec::Extent::Value: return {B, T, s.heads, s.valueDim};
-  case spec::Extent::Hidden: break;
-  }
-  throw std::invalid_argument("verify: '" + name + "' has extent hidden, which verify does not model yet");
+  return model::fieldShape(e, perToken ? s.batch : 1, perToken ? s.seqLen : 1, dims(s), name);
 }
 
 torch::Tensor drawParam(const spec::ParamSpec& p, const std::vector<int64_t>& shape) {
@@ -103,19 +99,7 @@ public:
 
   /// Reshapes a role value to what the kernels take (DESIGN.md's layouts).
   torch::Tensor toKernelLayout(const std::string& role, const torch::Tensor& t) const {
-    const int64_t B = s_.batch, T = s_.seqLen, H = s_.heads, dk = s_.keyDim, dv = s_.valueDim;
-    if (kernels_.vectorState) return t.expand({B, T, H, dv}).reshape({B, T, H * dv});
-    if (role == "q" || role == "k") return t.expand({B, T, H, dk}).contiguous();
-    if (role == "v") return t.expand({B, T, H, dv}).contiguous();
-    if (role == "beta") return t.expand({B, T, H, 1}).reshape({B, T, H});
-    if (role == "u") return t.expand({1, 1, H, dk}).reshape({H, dk});
-    switch (kernels_.kind.decay) {  // role == "decay"
-    case kernels::DecayClass::Fixed: return t.expand({1, 1, H, 1}).reshape({H});
-    case kernels::DecayClass::Scalar: return t.expand({B, T, H, 1}).reshape({B, T, H});
-    case kernels::DecayClass::Diagonal: return t.expand({B, T, H, dk}).contiguous();
-    case kernels::DecayClass::None: break;
-    }
-    return torch::Tensor();
+    return model::toKernelLayout(role, t, s_.batch, s_.seqLen, dims(s_), kernels_).contiguous();
   }
 
   const Leaves& leaves() const { return leaves_; }
