@@ -1,5 +1,7 @@
 #include "registry/registry.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <map>
 #include <stdexcept>
@@ -13,7 +15,25 @@ std::map<std::string, const VariantKernels*>& table() {
   return t;
 }
 
+bool& replacing() {
+  static bool r = false;
+  return r;
+}
+
 }  // namespace
+
+ReplaceScope::ReplaceScope() { replacing() = true; }
+ReplaceScope::~ReplaceScope() { replacing() = false; }
+
+const VariantKernels& loadVariantLibrary(const std::string& path, const std::string& name) {
+  ReplaceScope replace;
+  // RTLD_NOW: fail here, not at first use; the library's symbols stay local to it.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) throw std::runtime_error("cannot load " + path + ": " + ::dlerror());
+  const VariantKernels* v = Registry::find(name);
+  if (!v) throw std::runtime_error(path + " registered no variant named '" + name + "'");
+  return *v;
+}
 
 const PrologueMap* VariantKernels::find(std::string_view role) const {
   auto it = std::find_if(maps.begin(), maps.end(), [&](const PrologueMap& m) { return m.role == role; });
@@ -22,8 +42,10 @@ const PrologueMap* VariantKernels::find(std::string_view role) const {
 
 void Registry::add(const VariantKernels* variant) {
   auto [it, inserted] = table().emplace(variant->name, variant);
-  if (!inserted && it->second != variant)
+  if (inserted || it->second == variant) return;
+  if (!replacing())
     throw std::logic_error("two generated variants named '" + variant->name + "' are linked in");
+  it->second = variant;
 }
 
 const VariantKernels* Registry::find(const std::string& name) {

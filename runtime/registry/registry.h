@@ -40,14 +40,30 @@ struct VariantKernels {
   const PrologueMap* find(std::string_view role) const;
 };
 
-/// Process-wide table of the variants linked into this binary.
+/// Process-wide table of the variants linked into this binary or loaded from compiled-on-demand
+/// shared libraries.
 class Registry {
 public:
+  /// Throws when another variant of the same name is registered, unless a ReplaceScope is
+  /// active (loading a freshly compiled version of a spec that generated/ also has).
   static void add(const VariantKernels* variant);
   /// Null when no variant of that name is linked in.
   static const VariantKernels* find(const std::string& name);
   static std::vector<const VariantKernels*> all();
 };
+
+/// While alive, registrations replace same-named variants instead of failing.
+class ReplaceScope {
+public:
+  ReplaceScope();
+  ~ReplaceScope();
+  ReplaceScope(const ReplaceScope&) = delete;
+  ReplaceScope& operator=(const ReplaceScope&) = delete;
+};
+
+/// Loads a shared library built from generated sources (its static initialisers register the
+/// variant) and returns the variant named `name`. Throws std::runtime_error with dlerror().
+const VariantKernels& loadVariantLibrary(const std::string& path, const std::string& name);
 
 /// Registers at static initialisation: `const Registration r(&kernels);` in generated code.
 struct Registration {

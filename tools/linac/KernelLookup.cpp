@@ -2,19 +2,50 @@
 
 #include "Args.h"
 
+#ifdef LINAC_HAVE_COMPILER
+#include "linac/Pipeline/OnDemand.h"
+
+#include <cstdlib>
+#include <iostream>
+#endif
+
 namespace linac::cli {
+namespace {
+
+#ifdef LINAC_HAVE_COMPILER
+/// $LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac, else $HOME/.cache/linac.
+std::string cacheDir() {
+  if (const char* d = std::getenv("LINAC_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/linac";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/linac";
+  return "/tmp/linac-cache";
+}
+#endif
+
+}  // namespace
 
 const runtime::VariantKernels& requireKernels(const spec::VariantSpec& spec, const std::string& specPath) {
   const runtime::VariantKernels* kernels = runtime::Registry::find(spec.name);
+  if (kernels && kernels->specHash == spec.hash) return *kernels;
+#ifdef LINAC_HAVE_COMPILER
+  // Not in generated/ (or generated from another version of the file): compile it now.
+  pipeline::OnDemandOptions options{cacheDir(), LINAC_SOURCE_DIR "/specs", LINAC_SOURCE_DIR "/runtime",
+                                    LINAC_CXX};
+  std::string library = pipeline::buildVariantLibrary(spec, specPath, options, std::cerr);
+  const runtime::VariantKernels& loaded = runtime::loadVariantLibrary(library, spec.name);
+  if (loaded.specHash != spec.hash)
+    throw UsageError(library + " holds another version of " + spec.name + "; delete it and retry");
+  return loaded;
+#else
   if (!kernels)
-    throw UsageError("no generated kernels for '" + spec.name + "' in this build; run `linac compile " +
-                     specPath + " --out generated` and rebuild (on-demand compilation is not there yet)");
-  if (kernels->specHash != spec.hash)
-    throw UsageError("generated/" + spec.name + " was generated from another version of " + specPath +
-                     " (spec sha256 " + spec.hash.substr(0, 12) + ", generated from " +
-                     kernels->specHash.substr(0, 12) + "); regenerate with `linac compile " + specPath +
-                     " --out generated` and rebuild");
-  return *kernels;
+    throw UsageError("no generated kernels for '" + spec.name + "' in this build, and it has no compiler "
+                     "to build them on demand; run `linac compile " + specPath +
+                     " --out generated` on a machine with MLIR and rebuild");
+  throw UsageError("generated/" + spec.name + " was generated from another version of " + specPath +
+                   " (spec sha256 " + spec.hash.substr(0, 12) + ", generated from " +
+                   kernels->specHash.substr(0, 12) + "); regenerate with `linac compile " + specPath +
+                   " --out generated` and rebuild");
+#endif
 }
 
 }  // namespace linac::cli
