@@ -160,6 +160,15 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
     (loss / static_cast<double>(config_.accumulation)).backward();
     lossSum += loss.detach().to(torch::kFloat64);
   }
+  if (hooks_.afterBackward) {
+    // Data parallel: the hook averages the gradients and [loss, stop flag] across ranks, so the
+    // stop decision (requestStop / Ctrl-C) is the same on every rank; run() reads agreedStop_.
+    torch::Tensor shared = torch::stack(
+        {lossSum, torch::full({}, (stop_ || gSigint != 0) ? 1.0 : 0.0, lossSum.options())});
+    hooks_.afterBackward(shared);
+    lossSum = shared[0];
+    agreedStop_ = shared[1].item<double>() > 0;
+  }
   // One device sync per step (here and in the clip below), not one per micro-batch.
   const double meanLoss = lossSum.item<double>() / static_cast<double>(config_.accumulation);
 
@@ -260,17 +269,23 @@ TrainResult Trainer::run() {
   if (start == 0)
     torch::manual_seed(config_.seed);  // a resume restores the generators from the checkpoint
   result.step = result.resumedFrom = start;
-  {
+  // Distributed runs: only the logging rank writes files and progress lines (hooks_.isLoggingRank).
+  const bool logging = hooks_.isLoggingRank;
+  if (!logging)
+    progress_ = nullptr;
+  if (logging) {
     std::ofstream(fs::path(config_.outDir) / "config.json", std::ios::trunc) << configToJson(config_) << "\n";
   }
-  detail::MetricsWriter metrics((fs::path(config_.outDir) / "metrics.jsonl").string(), start);
+  std::optional<detail::MetricsWriter> metrics;
+  if (logging)
+    metrics.emplace((fs::path(config_.outDir) / "metrics.jsonl").string(), start);
   if (progress_ && start > 0)
     *progress_ << "resumed from step " << start << " (" << *detail::latestCheckpoint(config_.outDir) << ")\n";
 
   SigintGuard sigint;
   stop_ = false;
   module_->train();
-  const bool canEval = heldOut_.defined() && heldOut_.numel() > 0;
+  const bool canEval = logging && heldOut_.defined() && heldOut_.numel() > 0;
   const double tokensPerStep = static_cast<double>(config_.batch * config_.accumulation * config_.seqLen);
   const Clock::time_point runStart = Clock::now();
   double intervalTrainS = 0;
@@ -291,11 +306,12 @@ TrainResult Trainer::run() {
 
     if (hooks_.onStep)
       hooks_.onStep(stats);
-    const bool stopping = stop_ || gSigint != 0;
+    // Distributed (afterBackward set): the ranks' agreed decision, else they would diverge.
+    const bool stopping = hooks_.afterBackward ? agreedStop_ : (stop_ || gSigint != 0);
     const bool last = step == config_.steps;
 
-    if (step % config_.logEvery == 0 || last || stopping) {
-      metrics.write(stats);
+    if (logging && (step % config_.logEvery == 0 || last || stopping)) {
+      metrics->write(stats);
       if (progress_) {
         double perStep = stats.elapsedS / static_cast<double>(step - start);
         *progress_ << detail::progressLine(stats, config_.steps, perStep * static_cast<double>(config_.steps - step))
@@ -306,14 +322,14 @@ TrainResult Trainer::run() {
     }
     if (canEval && ((config_.evalEvery > 0 && step % config_.evalEvery == 0) || last)) {
       EvalStats eval = evaluate(step);
-      metrics.write(eval, secondsSince(runStart));
+      metrics->write(eval, secondsSince(runStart));
       if (progress_)
         *progress_ << "eval step " << step << " | loss " << eval.loss << " | ppl " << eval.ppl << std::endl;
       if (hooks_.onEval)
         hooks_.onEval(eval);
       result.lastEval = eval;
     }
-    if ((config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) || last || stopping)
+    if (logging && ((config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) || last || stopping))
       result.lastCheckpoint = saveCheckpoint(step);
     if (stopping && !last) {
       if (progress_)

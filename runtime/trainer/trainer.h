@@ -112,6 +112,15 @@ struct TrainHooks {
   /// Called when the loss or gradient norm is non-finite; returns a description of the first
   /// layer whose output is non-finite (e.g. "layer 3 (gated_deltanet)"), or "" if none found.
   std::function<std::string()> locateNonFinite;
+  /// Data-parallel training (runtime/distributed): called once per optimizer step after the
+  /// accumulation micro-batches' backward passes and before clipping, with `shared` = a float64
+  /// vector on the device [summed micro-batch loss, 1 if this rank was asked to stop else 0]. The
+  /// hook averages the gradients and `shared` (in place) across ranks, so clipping, the optimizer
+  /// and the logged loss see global values and every rank stops (Ctrl-C) at the same step.
+  std::function<void(torch::Tensor& shared)> afterBackward;
+  /// False on every rank but 0 of a distributed run: that rank writes no metrics, progress lines,
+  /// config.json or checkpoints, and skips evaluation (all ranks still load a checkpoint on resume).
+  bool isLoggingRank = true;
 };
 
 /// Loads only the model's parameters and buffers from a checkpoint written by Trainer (for
@@ -159,6 +168,7 @@ private:
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::ostream* progress_;
   std::atomic<bool> stop_{false};
+  bool agreedStop_ = false;  // with afterBackward: some rank was asked to stop during this step
 };
 
 }  // namespace linac::trainer

@@ -10,10 +10,15 @@
 #include "linac/Spec/SpecParser.h"
 #include "model/model.h"
 #include "trainer/trainer.h"
+#ifdef LINAC_HAVE_DISTRIBUTED  // data parallel (runtime/distributed): --nproc, torchrun env
+#include "distributed/distributed.h"
+#endif
 
 #include <torch/torch.h>
 
 #include <climits>
+#include <memory>
+#include <optional>
 #include <cstdlib>
 
 #include <algorithm>
@@ -64,8 +69,24 @@ int runTrain(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "log-every", "checkpoint-every",
-                         "specs-dir"},
+                         "specs-dir", "nproc"},
                         {"resume"});
+  // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
+  // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
+  const int64_t nproc = args.getInt("nproc", 1);
+  if (nproc < 1) throw UsageError("--nproc must be >= 1");
+#ifdef LINAC_HAVE_DISTRIBUTED
+  if (nproc > 1 && !distributed::launchedDistributed()) {
+    std::cout << "linac train: launching " << nproc << " local ranks (Gloo on CPU, NCCL on CUDA)" << std::endl;
+    const int rc = distributed::launchLocalWorkers(int(nproc), std::vector<std::string>(argv, argv + argc));
+    if (rc != 0) std::cerr << "linac train: a rank failed (exit code " << rc << ")\n";
+    return rc;
+  }
+  std::optional<distributed::DistContext> dist;
+#else
+  if (nproc > 1 || std::getenv("WORLD_SIZE"))
+    throw UsageError("this build has no distributed training (install libgloo-dev and reconfigure)");
+#endif
   if (args.positional.size() != 1) throw UsageError("expected exactly one SPEC file");
   const std::string specPath = args.positional[0];
   const std::string specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
@@ -113,10 +134,24 @@ int runTrain(int argc, char** argv) {
   tc.device = device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   if (tc.steps < 1 || tc.batch < 1 || tc.seqLen < 2 || tc.accumulation < 1)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
+#ifdef LINAC_HAVE_DISTRIBUTED
+  if (distributed::launchedDistributed()) {
+    dist = distributed::initFromEnvironment(tc.device);
+    if (tc.device.is_cuda()) tc.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->localRank));
+    if (!dist->isMaster()) std::cout.setstate(std::ios::badbit);  // only rank 0 prints (errors go to cerr)
+  }
+#endif
 
   torch::manual_seed(tc.seed);
   model::HybridLM lm(mc);
   lm->to(tc.device);
+#ifdef LINAC_HAVE_DISTRIBUTED
+  if (dist) {
+    distributed::broadcastParameters(*lm, *dist);
+    std::cout << "data parallel: " << dist->worldSize << " ranks x batch " << tc.batch << " = global batch "
+              << dist->worldSize * tc.batch << " (x accumulation " << tc.accumulation << ")\n";
+  }
+#endif
   std::cout << "linac train " << mc.linear.name << " | schedule " << mc.schedule.text << " | preset "
             << mc.preset.name << " | " << lm->parameterCount() << " parameters | device " << device << "\n";
   std::cout << "layers:";
@@ -125,6 +160,9 @@ int runTrain(int argc, char** argv) {
             << corpus.heldOut.size() << " held out)\n";
 
   std::filesystem::create_directories(tc.outDir);
+#ifdef LINAC_HAVE_DISTRIBUTED
+  if (!dist || dist->isMaster())  // only rank 0 writes files
+#endif
   {
     std::ofstream m(tc.outDir + "/model.json");
     m << "{\"spec\": \"" << jsonEscape(absolutePath(specPath)) << "\", \"preset\": \""
@@ -136,8 +174,22 @@ int runTrain(int argc, char** argv) {
   auto stream = data::makePackedStream(corpus.train, tc.seqLen, tc.seed);
   torch::Tensor heldOut = heldOutWindows(corpus.heldOut, tc.seqLen);
   auto forward = [&](const torch::Tensor& tokens) { return lm->forward(tokens); };
-  trainer::Trainer t(tc, lm.ptr(), forward, *stream, heldOut);
+  trainer::TrainHooks hooks;
+  data::TokenStream* trainStream = stream.get();
+#ifdef LINAC_HAVE_DISTRIBUTED
+  std::unique_ptr<distributed::ShardedStream> sharded;
+  if (dist) {  // each rank its slice of every global batch; gradients averaged before clipping
+    sharded = std::make_unique<distributed::ShardedStream>(*stream, dist->rank, dist->worldSize);
+    trainStream = sharded.get();
+    hooks.afterBackward = distributed::gradientAveragingHook(lm.ptr(), *dist);
+    hooks.isLoggingRank = dist->isMaster();
+  }
+#endif
+  trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
   trainer::TrainResult result = t.run();
+#ifdef LINAC_HAVE_DISTRIBUTED
+  if (dist && !dist->isMaster()) return 0;  // rank 0 alone evaluates and reports
+#endif
 
   lm->eval();
   std::cout << std::fixed << std::setprecision(3);
