@@ -1,10 +1,12 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -248,7 +250,12 @@ void expectClose(const RecurrenceResult& got, const RecurrenceResult& ref, doubl
     const double error = relRms(x, r);
     recordError(dtype, name, error);
     EXPECT_TRUE(torch::isfinite(x).all().item<bool>()) << name << " has inf/NaN";
-    EXPECT_LT(error, tol) << name << " relative RMS error";
+    // The fixed class's dg ([H]) is one total per head over every token, row and column, far
+    // smaller than the sum of its terms' sizes: the fp32 states' rounding is amplified by that
+    // cancellation (measured up to 1.2e-5), so it gets the conditioned tolerance.
+    const bool fixedDecayGrad = std::string(name) == "dg" && r.dim() == 1;
+    const double limit = fixedDecayGrad ? std::max(tol, kFixedDecayGradTol) : tol;
+    EXPECT_LT(error, limit) << name << " relative RMS error";
   }
 }
 

@@ -20,6 +20,8 @@ using kernels::UpdateRule;
 
 /// Relative RMS gates (DESIGN.md section 4).
 inline constexpr double kTolF32 = 1e-5;
+/// The fixed decay class's dg is a per-head total with heavy cancellation (see expectClose).
+inline constexpr double kFixedDecayGradTol = 1e-4;
 inline constexpr double kTolHalf = 5e-3;  // bf16 and fp16 inputs
 inline double toleranceFor(DType dtype) { return dtype == DType::F32 ? kTolF32 : kTolHalf; }
 
