@@ -19,6 +19,7 @@
 // Cost: ~3 token steps of O(dk dv) per token, no tensor cores: slow but exact for every kind.
 // Determinism: dv, dh0, d_u, fixed dg are deterministic; dq, dk, scalar / diagonal dg and dbeta
 // sum float partials with atomics (order may vary at the rounding level between runs).
+#include "chunk_backward_paths.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "tile.cuh"
@@ -613,6 +614,23 @@ void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   }
   LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkBackward: grid too large");
   if (num_seqs == 0) return;
+  // Additive rule, inclusive readout, scalar-or-coarser decay: tensor-core chunkwise path
+  // (chunk_backward_additive.cu); everything else takes the exact per-token kernel below.
+  if (additiveBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) {
+    additiveChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
+    return;
+  }
+  // Additive rule, diagonal (per key channel) decay, any readout: chunk_backward_diagonal.cu.
+  if (diagonalBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) {
+    diagonalChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
+    return;
+  }
+  // Delta rule, inclusive readout, decay none / scalar (DeltaNet, Gated DeltaNet):
+  // chunk_backward_delta.cu (fla's WY-form backward on tensor cores).
+  if (deltaBackwardSupported(kind, shape)) {
+    deltaChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
+    return;
+  }
   switch (dtype) {
     case DType::F32: runBwd<float>(kind, shape, args, int(num_seqs), stream); break;
     case DType::BF16: runBwd<__nv_bfloat16>(kind, shape, args, int(num_seqs), stream); break;

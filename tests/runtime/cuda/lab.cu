@@ -115,7 +115,8 @@ struct Case {
   int B, T, H, dk, dv;
   std::vector<int64_t> cu;  // varlen boundaries (B must be 1) or empty
   double gmul = 1.0, gclamp = -1e30;  // g = max(gclamp, gmul * logsigmoid(N(0,1)))
-  bool h0 = true;
+  bool h0 = true;      // h0 and d_ht present (else both null)
+  bool all_grads = true;  // false: d_q and d_g null (the other gradients still checked)
 };
 
 std::string kindName(const RecurrenceKind& k) {
@@ -502,7 +503,8 @@ void runBwdCase(const Case& cs) {
   a.fwd.g = g.as<float>(); a.fwd.beta = beta.as<float>(); a.fwd.u = u.as<float>(); a.fwd.h0 = h0.as<float>();
   a.fwd.scale = float(scale);
   a.d_o = dO.p; a.d_ht = dht.as<float>();
-  a.d_q = dq.p; a.d_k = dkb.p; a.d_v = dvb.p; a.d_g = dg.as<float>(); a.d_beta = db.as<float>();
+  a.d_q = cs.all_grads ? dq.p : nullptr; a.d_k = dkb.p; a.d_v = dvb.p;
+  a.d_g = cs.all_grads ? dg.as<float>() : nullptr; a.d_beta = db.as<float>();
   a.d_u = du.as<float>(); a.d_h0 = dh0.as<float>();
   kc::chunkBackward(kind, cs.dtype, shape, a, nullptr);
   LINAC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -516,13 +518,14 @@ void runBwdCase(const Case& cs) {
     return std::vector<double>(f.begin(), f.end());
   };
   char shp[96];
-  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
-                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.h0 ? "" : " noh0");
+  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
+                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.h0 ? "" : " noh0",
+                cs.all_grads ? "" : " no-dq-dg");
   const std::string kn = "bwd " + kindName(kind);
-  report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
+  if (cs.all_grads) report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
   report(kn, cs.dtype, shp, "dk", relRms(get(dkb, rdk.size(), true), rdk));
   report(kn, cs.dtype, shp, "dv", relRms(get(dvb, rdv.size(), true), rdv));
-  if (!rdg.empty()) report(kn, cs.dtype, shp, "dg", relRms(get(dg, rdg.size(), false), rdg));
+  if (!rdg.empty() && cs.all_grads) report(kn, cs.dtype, shp, "dg", relRms(get(dg, rdg.size(), false), rdg));
   if (delta) report(kn, cs.dtype, shp, "dbet", relRms(get(db, rdb.size(), false), rdb));
   if (excl) report(kn, cs.dtype, shp, "du", relRms(get(du, rdu.size(), false), rdu));
   if (cs.h0) report(kn, cs.dtype, shp, "dh0", relRms(get(dh0, rdh0.size(), false), rdh0));
@@ -657,6 +660,7 @@ void benchBackward() {
   const int B = 8, T = 4096, H = 8, D = 128;
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
+      {"LinAttn  additive-none", {DecayClass::None, UpdateRule::Additive, Readout::Inclusive}, 0.0},
       {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.60},
       {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.96},
       {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 3.10},
@@ -664,7 +668,9 @@ void benchBackward() {
       {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 3.48},
   };
   std::printf("\nforward+backward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 20 after 3 warm-ups)\n", B, T, H, D);
-  std::printf("%-30s %10s %10s %10s %8s\n", "kind", "bwd ms", "fwd+bwd", "fla f+b", "ratio");
+  std::printf("(bwd no-dg: the same backward with d_g = null; additive none / fixed / scalar take the\n"
+              " tensor-core path of chunk_backward_additive.cu, 3xTF32 in passes 1-2 for the fixed-class dg)\n");
+  std::printf("%-30s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
   for (const auto& r : rows) {
     Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
@@ -691,7 +697,16 @@ void benchBackward() {
       kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr);
       kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr);
     }, 3, 20);
-    std::printf("%-30s %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, ms, r.anchor, ms / r.anchor);
+    double nodg_ms = bms;
+    if (ba.d_g) {
+      RecurrenceBackwardArgs nb = ba;
+      nb.d_g = nullptr;
+      nodg_ms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, nb, nullptr); }, 3, 20);
+    }
+    if (r.anchor > 0)
+      std::printf("%-30s %10.3f %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, nodg_ms, ms, r.anchor, ms / r.anchor);
+    else
+      std::printf("%-30s %10.3f %10.3f %10.3f %10s %8s\n", r.name, bms, nodg_ms, ms, "-", "-");
   }
 }
 }  // namespace
@@ -735,6 +750,11 @@ int main(int argc, char** argv) {
         b.kind = {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive};
         b.dtype = DType::F32; b.cu = {}; b.B = 2; b.T = 40; b.dk = 128;
         runBwdCase(b);
+        // tensor-core additive path (chunk_backward_additive.cu): varlen + partial chunk, dk != dv
+        Case a{{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 70, 1, 64, 128, {0, 30, 70}};
+        runBwdCase(a);
+        a.kind.decay = DecayClass::Fixed; a.dtype = DType::F32; a.cu = {}; a.B = 2; a.T = 80; a.dk = 128; a.dv = 64;
+        runBwdCase(a);
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
     } else {
@@ -782,6 +802,21 @@ int main(int argc, char** argv) {
               runBwdCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 128, 128, {}, 1.0, -1e30, false});
             }
         runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256, {}});
+        // tensor-core additive path (None / Fixed / Scalar, inclusive): varlen with lengths 1, 63,
+        // 65, 71, 100; dk 256 != dv; T an exact chunk multiple; dv of 3 value blocks; no h0 / d_ht;
+        // null d_q and d_g; strong gates.
+        for (auto dt : dtypes)
+          for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+            const RecurrenceKind ak{de, UpdateRule::Additive, Readout::Inclusive};
+            runBwdCase({ak, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
+            runBwdCase({ak, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, false});
+            runBwdCase({ak, dt, 2, 70, 1, 256, 128, {}});
+            runBwdCase({ak, dt, 1, 128, 2, 256, 256, {}});
+            runBwdCase({ak, dt, 1, 100, 2, 128, 192, {}, 1.0, -1e30, false});
+            Case c{ak, dt, 2, 90, 2, 64, 128, {}};
+            c.all_grads = false; runBwdCase(c);
+            c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+          }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});

@@ -15,6 +15,9 @@ start=$(date +%s)
 srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f32.cu
       runtime/kernels/cuda/chunk_forward_bf16.cu runtime/kernels/cuda/chunk_forward_f16.cu
       runtime/kernels/cuda/recurrent_step.cu runtime/kernels/cuda/scan.cu runtime/kernels/cuda/chunk_backward.cu
+      runtime/kernels/cuda/chunk_backward_additive.cu
+      runtime/kernels/cuda/chunk_backward_diagonal.cu
+      runtime/kernels/cuda/chunk_backward_delta.cu
       tests/runtime/cuda/lab.cu)
 pids=()
 for f in "${srcs[@]}"; do
@@ -31,11 +34,11 @@ for i in "${!pids[@]}"; do
   fi
 done
 [ $fail = 0 ] || exit 1
-"${NV[@]}" "$B"/{chunk_forward,chunk_forward_f32,chunk_forward_bf16,chunk_forward_f16,recurrent_step,scan,chunk_backward,lab}.o -o "$B/linac_cuda_lab" || exit 1
+"${NV[@]}" "$B"/{chunk_forward,chunk_forward_f32,chunk_forward_bf16,chunk_forward_f16,recurrent_step,scan,chunk_backward,chunk_backward_additive,chunk_backward_diagonal,chunk_backward_delta,lab}.o -o "$B/linac_cuda_lab" || exit 1
 echo "build took $(( $(date +%s) - start )) s"
 cat "$B"/*.ptxas.log | grep -E 'Compiling entry|registers|spill' | paste - - - > "$OUT/ptxas.log"
 grep -E 'spill (stores|loads)' "$OUT/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' | head || true
-for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16; do
+for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16 chunk_backward_additive chunk_backward_diagonal chunk_backward_delta; do
   echo "SASS $o: HMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HMMA), HGMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HGMMA), LDL/STL $(cuobjdump --dump-sass "$B/$o.o" | grep -cE 'LDL|STL')"
 done | tee "$OUT/sass.log"
 
