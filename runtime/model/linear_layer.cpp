@@ -92,10 +92,10 @@ torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const spec::E
                                           const Env& env) const {
   const runtime::PrologueMap* map = kernels_->find(role);
   if (map) {
-    // Compiled maps run on the CPU only (applyMap takes CPU float32): CUDA operands make a round
-    // trip. Correct but slow; a device-side map would remove it.
+    // applyMap runs where the operands are, in float32: the generated device maps on CUDA (a
+    // round trip through the CPU only for a variant without them, e.g. one compiled on demand).
     std::vector<torch::Tensor> operands;
-    for (const auto& a : map->args) operands.push_back(env.at(a).to(torch::kCPU));
+    for (const auto& a : map->args) operands.push_back(env.at(a));
     const torch::Tensor& like = env.at("hidden");  // carries x's device and dtype
     return prologue::applyMap(*map, operands).to(like.device(), like.scalar_type());
   }

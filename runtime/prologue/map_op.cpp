@@ -1,7 +1,12 @@
 #include "prologue/map_op.h"
 
+#ifdef LINAC_HAVE_CUDA
+#include "prologue/map_op_cuda.h"
+#endif
+
 #include <torch/torch.h>
 
+#include <optional>
 #include <stdexcept>
 
 namespace linac::prologue {
@@ -59,20 +64,53 @@ public:
   }
 };
 
+/// `map` over CPU operands with the generated host loops (operands converted to float32).
+torch::Tensor applyHostMap(const runtime::PrologueMap& map, const std::vector<torch::Tensor>& operands) {
+  variable_list floats;
+  for (const auto& t : operands) floats.push_back(t.to(torch::kFloat32));
+  return MapFunction::apply(&map, at::TensorList(floats));
+}
+
+/// The CUDA device the operands are on, or none when all are CPU tensors. Throws when they span
+/// two CUDA devices or are on a device type the maps do not run on.
+std::optional<torch::Device> cudaDeviceOf(const runtime::PrologueMap& map,
+                                          const std::vector<torch::Tensor>& operands) {
+  std::optional<torch::Device> found;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const torch::Device d = operands[i].device();
+    if (d.is_cpu()) continue;
+    if (!d.is_cuda())
+      throw std::invalid_argument("prologue '" + map.role + "': operand '" + map.args[i] + "' is on " +
+                                  d.str() + "; compiled prologues take CPU or CUDA tensors");
+    if (found && *found != d)
+      throw std::invalid_argument("prologue '" + map.role + "': operand '" + map.args[i] + "' is on " +
+                                  d.str() + ", another operand on " + found->str());
+    found = d;
+  }
+  return found;
+}
+
 }  // namespace
 
 torch::Tensor applyMap(const runtime::PrologueMap& map, const std::vector<torch::Tensor>& operands) {
   if (operands.size() != map.args.size())
     throw std::invalid_argument("prologue '" + map.role + "' takes " + std::to_string(map.args.size()) +
                                 " operands, got " + std::to_string(operands.size()));
-  variable_list floats;
-  for (size_t i = 0; i < operands.size(); ++i) {
-    if (!operands[i].device().is_cpu())
-      throw std::invalid_argument("prologue '" + map.role + "': operand '" + map.args[i] +
-                                  "' must be a CPU tensor (compiled prologues run on the CPU here)");
-    floats.push_back(operands[i].to(torch::kFloat32));
+  const std::optional<torch::Device> cuda = cudaDeviceOf(map, operands);
+  if (!cuda) return applyHostMap(map, operands);
+#ifdef LINAC_HAVE_CUDA
+  if (const runtime::DeviceMap* device = runtime::Registry::findDevice(map)) {
+    std::vector<torch::Tensor> onDevice;  // CPU operands (scalars, say) join the others
+    for (const auto& t : operands) onDevice.push_back(t.to(*cuda, torch::kFloat32));
+    return applyDeviceMap(map, *device, onDevice);
   }
-  return MapFunction::apply(&map, at::TensorList(floats));
+#endif
+  // No device maps for this variant (a build without CUDA, or a variant compiled on demand by the
+  // host compiler): a round trip through the CPU. `to` is differentiable, so the gradients flow
+  // back to the device.
+  std::vector<torch::Tensor> onHost;
+  for (const auto& t : operands) onHost.push_back(t.to(torch::kCPU));
+  return applyHostMap(map, onHost).to(*cuda);
 }
 
 }  // namespace linac::prologue

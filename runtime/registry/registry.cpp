@@ -15,6 +15,12 @@ std::map<std::string, const VariantKernels*>& table() {
   return t;
 }
 
+/// Device maps by variant name.
+std::map<std::string, const VariantDeviceMaps*>& deviceTable() {
+  static std::map<std::string, const VariantDeviceMaps*> t;
+  return t;
+}
+
 bool& replacing() {
   static bool r = false;
   return r;
@@ -40,6 +46,11 @@ const PrologueMap* VariantKernels::find(std::string_view role) const {
   return it == maps.end() ? nullptr : &*it;
 }
 
+const DeviceMap* VariantDeviceMaps::find(std::string_view role) const {
+  auto it = std::find_if(maps.begin(), maps.end(), [&](const DeviceMap& m) { return m.role == role; });
+  return it == maps.end() ? nullptr : &*it;
+}
+
 void Registry::add(const VariantKernels* variant) {
   auto [it, inserted] = table().emplace(variant->name, variant);
   if (inserted || it->second == variant) return;
@@ -57,6 +68,24 @@ std::vector<const VariantKernels*> Registry::all() {
   std::vector<const VariantKernels*> out;
   for (const auto& [_, v] : table()) out.push_back(v);
   return out;
+}
+
+void Registry::addDevice(const VariantDeviceMaps* maps) {
+  auto [it, inserted] = deviceTable().emplace(maps->name, maps);
+  if (!inserted && it->second != maps)
+    throw std::logic_error("two sets of device maps for variant '" + maps->name + "' are linked in");
+}
+
+const DeviceMap* Registry::findDevice(const PrologueMap& map) {
+  for (const auto& [name, variant] : table()) {
+    auto owns = [&](const PrologueMap& m) { return &m == &map; };
+    if (std::none_of(variant->maps.begin(), variant->maps.end(), owns)) continue;
+    auto it = deviceTable().find(name);
+    // A different hash: the variant was replaced by one compiled on demand from a changed spec.
+    if (it == deviceTable().end() || it->second->specHash != variant->specHash) return nullptr;
+    return it->second->find(map.role);
+  }
+  return nullptr;
 }
 
 }  // namespace linac::runtime

@@ -1,7 +1,9 @@
 // The kernel registry: what the generated code of each compiled spec provides to the runtime.
 // generated/<variant>/<variant>_register.cpp fills one VariantKernels and registers it at static
-// initialisation; the runtime looks variants up by name. No torch here: generated sources compile
-// against this header alone.
+// initialisation; the runtime looks variants up by name. generated/<variant>/<variant>_cuda.cu
+// (built with LINAC_ENABLE_CUDA) registers the same prologue maps as device launchers in a
+// second table. No torch and no CUDA headers here: generated sources compile against this header
+// alone, with the host compiler or nvcc.
 #pragma once
 
 #include "kernels/common/recurrence.h"
@@ -10,6 +12,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+/// The CUDA runtime's stream type, left opaque (cudaStream_t is `CUstream_st*`).
+struct CUstream_st;
 
 namespace linac::runtime {
 
@@ -40,6 +45,49 @@ struct VariantKernels {
   const PrologueMap* find(std::string_view role) const;
 };
 
+/// Rank of the index space the device maps run over; results of lower rank are padded with
+/// leading dims of size 1.
+inline constexpr int kDeviceMapRank = 4;
+
+/// One float32 operand in device memory. Element (i0, i1, i2, i3) of the result reads
+/// data[i0 * strides[0] + i1 * strides[1] + i2 * strides[2] + i3 * strides[3]]; a stride of 0
+/// broadcasts the operand along that dim, so it is never expanded to the result's shape.
+struct StridedOperand {
+  const float* data = nullptr;
+  int64_t strides[kDeviceMapRank] = {0, 0, 0, 0};
+};
+
+/// The sizes of a device map's result, which is contiguous (row-major) float32.
+struct MapShape {
+  int64_t sizes[kDeviceMapRank] = {1, 1, 1, 1};
+};
+
+/// out[i] = role(args[0][i], args[1][i], ...) for every element i of `shape`, launched on
+/// `stream`. Throws std::runtime_error when the launch fails.
+using DeviceMapForwardFn = void (*)(const StridedOperand* args, float* out, const MapShape& shape,
+                                    CUstream_st* stream);
+/// The chain rule through the role: grads[j][i] = grad[i] * d role / d args[j] at element i, with
+/// grads[j] of the result's shape; a null grads[j] is skipped. Launched on `stream`.
+using DeviceMapPartialsFn = void (*)(const StridedOperand* args, const StridedOperand& grad,
+                                     float* const* grads, const MapShape& shape,
+                                     CUstream_st* stream);
+
+/// A prologue map's CUDA launchers (generated/<variant>/<variant>_cuda.cu).
+struct DeviceMap {
+  std::string role;
+  DeviceMapForwardFn forward = nullptr;
+  DeviceMapPartialsFn partials = nullptr;  // null when linac-differentiate derived none for the role
+};
+
+/// The device maps of one variant, generated from the spec with sha256 `specHash`.
+struct VariantDeviceMaps {
+  std::string name;
+  std::string specHash;
+  std::vector<DeviceMap> maps;
+
+  const DeviceMap* find(std::string_view role) const;
+};
+
 /// Process-wide table of the variants linked into this binary or loaded from compiled-on-demand
 /// shared libraries.
 class Registry {
@@ -50,6 +98,13 @@ public:
   /// Null when no variant of that name is linked in.
   static const VariantKernels* find(const std::string& name);
   static std::vector<const VariantKernels*> all();
+
+  /// Registers a variant's device maps. Throws when another set of the same name is registered.
+  static void addDevice(const VariantDeviceMaps* maps);
+  /// The device launchers of `map`, one of the maps of a registered variant. Null when none are
+  /// linked in for that variant at the same spec hash (a build without CUDA, or a variant
+  /// compiled on demand, which the host compiler builds without its .cu file).
+  static const DeviceMap* findDevice(const PrologueMap& map);
 };
 
 /// While alive, registrations replace same-named variants instead of failing.
@@ -68,6 +123,11 @@ const VariantKernels& loadVariantLibrary(const std::string& path, const std::str
 /// Registers at static initialisation: `const Registration r(&kernels);` in generated code.
 struct Registration {
   explicit Registration(const VariantKernels* variant) { Registry::add(variant); }
+};
+
+/// Registers at static initialisation: `const DeviceRegistration r(&deviceMaps);` in generated code.
+struct DeviceRegistration {
+  explicit DeviceRegistration(const VariantDeviceMaps* maps) { Registry::addDevice(maps); }
 };
 
 }  // namespace linac::runtime

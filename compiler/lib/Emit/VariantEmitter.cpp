@@ -5,6 +5,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -153,6 +154,176 @@ std::string registration(const spec::VariantSpec& spec, const std::vector<RoleIn
   return os.str();
 }
 
+/// Column limit of the generated sources.
+constexpr size_t kLineWidth = 100;
+
+/// `head(items...)tail` on one line when it fits in kLineWidth columns after `indent`, else with
+/// the items filled onto continuation lines: aligned after the parenthesis, or (when `hanging`,
+/// or when the head is too long for that) on a 4-space hanging indent.
+std::string wrapCall(const std::string& indent, const std::string& head,
+                     const std::vector<std::string>& items, const std::string& tail,
+                     bool hanging = false) {
+  std::string flat;
+  for (size_t i = 0; i < items.size(); ++i) flat += (i ? ", " : "") + items[i];
+  const std::string open = indent + head + "(";
+  if (open.size() + flat.size() + tail.size() <= kLineWidth) return open + flat + tail + "\n";
+  size_t longest = 0;
+  for (const std::string& item : items) longest = std::max(longest, item.size());
+  const bool aligned = !hanging && open.size() + longest + 2 <= kLineWidth;
+  const std::string continuation = aligned ? std::string(open.size(), ' ') : indent + "    ";
+  std::string out = aligned ? "" : open + "\n";
+  std::string line = aligned ? open : continuation;
+  bool lineEmpty = true;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string piece = items[i] + (i + 1 < items.size() ? "," : tail);
+    if (!lineEmpty && line.size() + 1 + piece.size() > kLineWidth) {
+      out += line + "\n";
+      line = continuation;
+      lineEmpty = true;
+    }
+    line += (lineEmpty ? "" : " ") + piece;
+    lineEmpty = false;
+  }
+  return out + line + "\n";
+}
+
+/// `// --- title -----...` to kLineWidth columns.
+std::string sectionRule(const std::string& title) {
+  std::string line = "// --- " + title + " ";
+  if (line.size() < kLineWidth) line += std::string(kLineWidth - line.size(), '-');
+  return line + "\n";
+}
+
+/// Identifiers a device kernel declares or calls besides its operands, its prologue function
+/// and the partials (d_x, grad_x); an operand of the same name would shadow them.
+const std::vector<std::string>& kernelIdentifiers() {
+  static const std::vector<std::string> names = {
+      "count", "flat", "at", "result", "grad_result", "upstream", "shape", "numel", "unravel",
+      "load", "firstElement", "gridStride", "Index4", "StridedOperand", "MapShape"};
+  return names;
+}
+
+/// Throws when an operand name of `role` would shadow a name its device kernels use.
+void checkKernelNames(const spec::VariantSpec& spec, const RoleInfo& role) {
+  auto clash = [&](const std::string& operand, const std::string& what) {
+    throw std::runtime_error("emit: operand '" + operand + "' of " + spec.name + "'s '" + role.role +
+                             "' prologue has the name of " + what +
+                             " in the generated device kernels; rename it in the spec");
+  };
+  for (const std::string& a : role.args) {
+    for (const std::string& used : kernelIdentifiers())
+      if (a == used) clash(a, "a local");
+    if (a == role.role || a == role.role + "_grad") clash(a, "the prologue function it calls");
+    for (const std::string& b : role.args)
+      if (a == "d_" + b || a == "grad_" + b) clash(a, "the partial of operand '" + b + "'");
+  }
+}
+
+/// `<name>_cuda.cu`: the prologue functions of `<name>.h` as CUDA kernels over strided operands,
+/// registered as device maps (runtime/registry/registry.h). Compiled only with CUDA enabled.
+std::string deviceMaps(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles) {
+  const std::string& name = spec.name;
+  std::ostringstream os;
+  os << banner(spec, "//") << "//\n"
+     << "// " << name << "'s prologue functions on the GPU, registered with the runtime as device maps\n"
+     << "// (built only when LINAC_ENABLE_CUDA is on). Each role has a forward kernel and a partials\n"
+     << "// kernel that apply the functions of " << name << ".h elementwise over a result of up to\n"
+     << "// 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a\n"
+     << "// broadcast dim), so parameters are never expanded to the result's shape.\n"
+     << "#include \"" << name << "/" << name << ".h\"\n"
+     << "#include \"prologue/device_map.cuh\"\n#include \"registry/registry.h\"\n\n"
+     << "namespace linac::generated::" << name << " {\nnamespace {\n\n"
+     << "using prologue::device::blocksFor;\nusing prologue::device::checkLaunch;\n"
+     << "using prologue::device::firstElement;\nusing prologue::device::gridStride;\n"
+     << "using prologue::device::Index4;\nusing prologue::device::kThreadsPerBlock;\n"
+     << "using prologue::device::load;\nusing prologue::device::numel;\n"
+     << "using prologue::device::unravel;\nusing runtime::MapShape;\nusing runtime::StridedOperand;\n\n";
+
+  for (const RoleInfo& r : roles) {
+    checkKernelNames(spec, r);
+    const std::string& fn = r.role;
+    std::vector<std::string> operands, loads, launchArgs;
+    for (size_t j = 0; j < r.args.size(); ++j) {
+      operands.push_back("StridedOperand " + r.args[j]);
+      loads.push_back("load(" + r.args[j] + ", at)");
+      launchArgs.push_back("args[" + std::to_string(j) + "]");
+    }
+    std::string signature;
+    for (size_t j = 0; j < r.args.size(); ++j) signature += (j ? ", " : "") + r.args[j];
+    os << sectionRule(fn + "(" + signature + ")") << "\n";
+
+    // Forward kernel and launcher.
+    std::vector<std::string> params = operands;
+    params.push_back("float* result");
+    params.push_back("MapShape shape");
+    os << "/// result = " << fn << "(" << signature << ") at every element of `shape`.\n"
+       << wrapCall("", "__global__ void " + fn + "ForwardKernel", params, ") {")
+       << "  const int64_t count = numel(shape);\n"
+       << "  for (int64_t flat = firstElement(); flat < count; flat += gridStride()) {\n"
+       << "    const Index4 at = unravel(flat, shape);\n"
+       << wrapCall("    ", "result[flat] = " + fn, loads, ");") << "  }\n}\n\n";
+    std::vector<std::string> launch = launchArgs;
+    launch.push_back("out");
+    launch.push_back("shape");
+    os << wrapCall("", "void " + fn + "Forward",
+                   {"const StridedOperand* args", "float* out", "const MapShape& shape",
+                    "cudaStream_t stream"},
+                   ") {")
+       << "  const int64_t count = numel(shape);\n  if (count == 0) return;\n"
+       << wrapCall("  ", fn + "ForwardKernel<<<blocksFor(count), kThreadsPerBlock, 0, stream>>>",
+                   launch, ");", true)
+       << "  checkLaunch(\"" << name << " " << fn << " forward kernel\");\n}\n\n";
+    if (!r.hasPartials) continue;
+
+    // Partials kernel (the chain rule through the role) and launcher.
+    params = operands;
+    params.push_back("StridedOperand grad_result");
+    std::vector<std::string> gradCall = loads, locals;
+    for (const std::string& a : r.args) {
+      params.push_back("float* grad_" + a);
+      gradCall.push_back("&d_" + a);
+      locals.push_back("d_" + a);
+    }
+    params.push_back("MapShape shape");
+    os << "/// The chain rule through `" << fn << "`: grad_x = grad_result * d " << fn
+       << " / d x at every element\n/// of `shape`, for each operand x whose grad_x is not null.\n"
+       << wrapCall("", "__global__ void " + fn + "PartialsKernel", params, ") {")
+       << "  const int64_t count = numel(shape);\n"
+       << "  for (int64_t flat = firstElement(); flat < count; flat += gridStride()) {\n"
+       << "    const Index4 at = unravel(flat, shape);\n";
+    std::string declared;
+    for (size_t j = 0; j < locals.size(); ++j) declared += (j ? ", " : "") + locals[j];
+    os << "    float " << declared << ";\n"
+       << wrapCall("    ", fn + "_grad", gradCall, ");")
+       << "    const float upstream = load(grad_result, at);\n";
+    for (const std::string& a : r.args)
+      os << "    if (grad_" << a << ") grad_" << a << "[flat] = upstream * d_" << a << ";\n";
+    os << "  }\n}\n\n";
+    launch = launchArgs;
+    launch.push_back("grad");
+    for (size_t j = 0; j < r.args.size(); ++j) launch.push_back("grads[" + std::to_string(j) + "]");
+    launch.push_back("shape");
+    os << wrapCall("", "void " + fn + "Partials",
+                   {"const StridedOperand* args", "const StridedOperand& grad", "float* const* grads",
+                    "const MapShape& shape", "cudaStream_t stream"},
+                   ") {")
+       << "  const int64_t count = numel(shape);\n  if (count == 0) return;\n"
+       << wrapCall("  ", fn + "PartialsKernel<<<blocksFor(count), kThreadsPerBlock, 0, stream>>>",
+                   launch, ");", true)
+       << "  checkLaunch(\"" << name << " " << fn << " partials kernel\");\n}\n\n";
+  }
+
+  os << sectionRule("registration") << "\n"
+     << "const runtime::VariantDeviceMaps kDeviceMaps{\n    \"" << name << "\",\n    \""
+     << spec.hash << "\",\n    {\n";
+  for (const RoleInfo& r : roles)
+    os << "        {\"" << r.role << "\", &" << r.role << "Forward, "
+       << (r.hasPartials ? "&" + r.role + "Partials" : std::string("nullptr")) << "},\n";
+  os << "    }};\n\nconst runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);\n\n"
+     << "}  // namespace\n}  // namespace linac::generated::" << name << "\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
@@ -235,10 +406,11 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
     first = false;
   }
   manifest << "\n  ],\n  \"files\": [" << jsonString(name + ".h") << ", "
-           << jsonString(name + "_register.cpp") << "]\n}\n";
+           << jsonString(name + "_register.cpp") << ", " << jsonString(name + "_cuda.cu") << "]\n}\n";
 
   files[name + "/" + name + ".h"] = h.str();
   files[name + "/" + name + "_register.cpp"] = registration(spec, roles);
+  files[name + "/" + name + "_cuda.cu"] = deviceMaps(spec, roles);
   files[name + "/manifest.json"] = manifest.str();
   return files;
 }
