@@ -18,6 +18,9 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A target the loss skips (torch's cross_entropy ignore_index default).
+constexpr int64_t kIgnoreTarget = -100;
+
 /// Text <-> token ids.
 class Tokenizer {
 public:
@@ -41,7 +44,10 @@ std::unique_ptr<Tokenizer> makeSentencePieceTokenizer(const std::string& modelPa
 class TokenStream {
 public:
   virtual ~TokenStream() = default;
-  /// [batch, seqLen + 1] int64 token ids (inputs are [:, :-1], targets [:, 1:]).
+  /// One of two layouts, told apart by rank (consumers slice dim 0 only, so both shard alike):
+  ///  - language modelling: [batch, seqLen + 1] int64 token ids (inputs [:, :-1], targets [:, 1:]);
+  ///  - explicit targets (tasks such as MQAR): [batch, 2, seqLen] int64, [:, 0] the inputs and
+  ///    [:, 1] the targets, kIgnoreTarget where no loss is taken.
   virtual torch::Tensor next(int64_t batch) = 0;
   virtual int64_t position() const = 0;
   virtual void seek(int64_t position) = 0;
@@ -91,10 +97,19 @@ std::unique_ptr<TokenStream> makePackedStream(std::vector<int64_t> tokens, int64
 /// remainder; targets[t] = the key's value where inputs[t] is a query (the next-token position),
 /// -100 elsewhere; the other remainder positions hold random ids from [0, vocab). Needs
 /// seqLen >= 4 * pairs and pairs <= vocab / 2 - 1 (std::invalid_argument otherwise).
+/// Example i of a batch is drawn from its own random stream (seed, firstExample + i), so it does
+/// not depend on how the examples are split into batches.
 struct MqarBatch {
   torch::Tensor inputs;   // [batch, seqLen] int64
-  torch::Tensor targets;  // [batch, seqLen] int64, -100 where nothing is asked
+  torch::Tensor targets;  // [batch, seqLen] int64, kIgnoreTarget (-100) where nothing is asked
 };
-MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed);
+MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed,
+                   int64_t firstExample = 0);
+
+/// MQAR as a training stream (`linac train --task mqar`): next(batch) is [batch, 2, seqLen]
+/// (inputs, targets; see TokenStream), example p of the stream being example p of
+/// makeMqar(..., seed) - fresh examples forever, the whole state is (seed, position).
+/// tokensPerEpoch() is 0: the stream never repeats. Throws std::invalid_argument as makeMqar does.
+std::unique_ptr<TokenStream> makeMqarStream(int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed);
 
 }  // namespace linac::data

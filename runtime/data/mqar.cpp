@@ -1,6 +1,7 @@
 // Zoology's multi-query associative recall (Arora et al., 2023, zoology/data/associative_recall.py)
 // with a portable RNG, so a seed gives the same batch everywhere. One difference: query slots are
 // uniform over the remainder's even offsets (Zoology draws gaps from a power law near 0).
+// Also MQAR as an endless, resumable training stream (`linac train --task mqar`).
 #include "data/data.h"
 
 #include <numeric>
@@ -8,8 +9,9 @@
 #include "data/rng.h"
 
 namespace linac::data {
+namespace {
 
-MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed) {
+void checkMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab) {
   auto fail = [&](const std::string& why) {
     throw std::invalid_argument("mqar(batch " + std::to_string(batch) + ", seqLen " + std::to_string(seqLen) +
                                 ", pairs " + std::to_string(pairs) + ", vocab " + std::to_string(vocab) +
@@ -19,13 +21,48 @@ MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, 
   if (pairs < 1) fail("pairs must be >= 1");
   if (seqLen < 4 * pairs)
     fail("seqLen must be >= 4 * pairs (the key-value pairs plus a query slot pair each)");
-  const int64_t half = vocab / 2;
-  if (pairs > half - 1)
+  if (pairs > vocab / 2 - 1)
     fail("vocab must be >= 2 * (pairs + 1) (keys come from [1, vocab/2), values from [vocab/2, vocab))");
+}
+
+class MqarStream final : public TokenStream {
+ public:
+  MqarStream(int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed)
+      : seqLen_(seqLen), pairs_(pairs), vocab_(vocab), seed_(seed) {
+    checkMqar(1, seqLen, pairs, vocab);
+  }
+
+  torch::Tensor next(int64_t batch) override {
+    MqarBatch m = makeMqar(batch, seqLen_, pairs_, vocab_, seed_, position_);
+    position_ += batch;
+    return torch::stack({m.inputs, m.targets}, 1);  // [batch, 2, seqLen]
+  }
+  int64_t position() const override { return position_; }
+  void seek(int64_t position) override {
+    if (position < 0)
+      throw std::invalid_argument("mqar stream: position must be >= 0, got " + std::to_string(position));
+    position_ = position;
+  }
+  int64_t tokensPerEpoch() const override { return 0; }
+
+ private:
+  int64_t seqLen_, pairs_, vocab_;
+  uint64_t seed_;
+  int64_t position_ = 0;  // examples handed out so far
+};
+
+}  // namespace
+
+MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed,
+                   int64_t firstExample) {
+  checkMqar(batch, seqLen, pairs, vocab);
+  if (firstExample < 0)
+    throw std::invalid_argument("mqar: firstExample must be >= 0, got " + std::to_string(firstExample));
+  const int64_t half = vocab / 2;
 
   MqarBatch out;
-  out.inputs = torch::empty({batch, seqLen}, torch::kLong);        // [batch, seqLen]
-  out.targets = torch::full({batch, seqLen}, -100, torch::kLong);  // [batch, seqLen]
+  out.inputs = torch::empty({batch, seqLen}, torch::kLong);                 // [batch, seqLen]
+  out.targets = torch::full({batch, seqLen}, kIgnoreTarget, torch::kLong);  // [batch, seqLen]
   int64_t* inputs = out.inputs.data_ptr<int64_t>();
   int64_t* targets = out.targets.data_ptr<int64_t>();
 
@@ -33,8 +70,8 @@ MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, 
   const int64_t slots = (seqLen - context) / 2;  // query positions context + 2 * s, s < slots
   std::vector<int64_t> keys(half - 1), values(vocab - half), slotOrder(slots);
   for (int64_t b = 0; b < batch; ++b) {
-    // One stream per example: example b does not depend on the batch size.
-    detail::Rng rng(seed, static_cast<uint64_t>(b));
+    // One stream per example: an example depends on neither the batch size nor its batch.
+    detail::Rng rng(seed, static_cast<uint64_t>(firstExample + b));
     int64_t* in = inputs + b * seqLen;
     int64_t* tg = targets + b * seqLen;
     // Partial Fisher-Yates: the first `pairs` entries become distinct uniform draws.
@@ -57,6 +94,10 @@ MqarBatch makeMqar(int64_t batch, int64_t seqLen, int64_t pairs, int64_t vocab, 
     }
   }
   return out;
+}
+
+std::unique_ptr<TokenStream> makeMqarStream(int64_t seqLen, int64_t pairs, int64_t vocab, uint64_t seed) {
+  return std::make_unique<MqarStream>(seqLen, pairs, vocab, seed);
 }
 
 }  // namespace linac::data

@@ -4,9 +4,35 @@
 #include "model/layers.h"
 #include "model/linear_layer.h"
 
+#include <cmath>
+#include <optional>
+#include <sstream>
 
 namespace linac::model {
 namespace {
+
+/// A stage's output seen during a probed forward: label, parameter-name prefixes, output.
+using StageProbe = std::function<void(const std::string&, const std::vector<std::string>&, const torch::Tensor&)>;
+
+/// "12 of 4096 values, first nan at [0, 5, 17]", or nullopt when `t` is finite everywhere.
+std::optional<std::string> nonFiniteSummary(const torch::Tensor& t) {
+  torch::Tensor bad = torch::isfinite(t).logical_not();  // same shape as t
+  const int64_t count = bad.sum().item<int64_t>();
+  if (count == 0) return std::nullopt;
+  int64_t flat = bad.flatten().nonzero()[0][0].item<int64_t>();  // first non-finite, row-major
+  const double value = t.flatten()[flat].item<double>();
+  std::vector<int64_t> index(static_cast<size_t>(t.dim()));
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    index[static_cast<size_t>(d)] = flat % t.size(d);
+    flat /= t.size(d);
+  }
+  std::ostringstream out;
+  out << count << " of " << t.numel() << " values, first " << (std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf")
+      << " at [";
+  for (size_t d = 0; d < index.size(); ++d) out << (d ? ", " : "") << index[d];
+  out << "]";
+  return out.str();
+}
 
 /// One block: x + mixer(RMSNorm(x)), then h + SwiGLU(RMSNorm(h)) (fla's pre-norm blocks).
 class BlockImpl : public torch::nn::Module {
@@ -28,10 +54,18 @@ public:
     return p;
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {  // [B, T, hidden]
+  /// x [B, T, hidden] -> [B, T, hidden]; `probe` (may be null) sees the mixer and MLP outputs,
+  /// labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
+  torch::Tensor forward(const torch::Tensor& x, const StageProbe* probe = nullptr, int64_t index = 0,
+                        const std::string& name = "") {
     torch::Tensor n = rmsNorm(x, params_.at("attn_norm"));
-    torch::Tensor h = x + (attention_ ? attention_->forward(n) : linear_->forward(n));
-    return h + swiglu(rmsNorm(h, params_.at("mlp_norm")), params_, "mlp");
+    torch::Tensor mixed = attention_ ? attention_->forward(n) : linear_->forward(n);  // [B, T, hidden]
+    const std::string layer = "blocks." + std::to_string(index) + ".";
+    if (probe) (*probe)("layer " + std::to_string(index) + " (" + name + " mixer)", {layer + "attn_norm", layer + "mixer."}, mixed);
+    torch::Tensor h = x + mixed;
+    torch::Tensor mlp = swiglu(rmsNorm(h, params_.at("mlp_norm")), params_, "mlp");  // [B, T, hidden]
+    if (probe) (*probe)("layer " + std::to_string(index) + " (mlp)", {layer + "mlp"}, mlp);
+    return h + mlp;
   }
 
 private:
@@ -60,12 +94,55 @@ HybridLMImpl::HybridLMImpl(const ModelConfig& config) : config_(config) {
   if (head_) head_->weight.normal_(0.0, kInitStd);
 }
 
-torch::Tensor HybridLMImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor HybridLMImpl::forward(const torch::Tensor& tokens) { return forwardProbed(tokens, nullptr); }
+
+torch::Tensor HybridLMImpl::forwardProbed(const torch::Tensor& tokens, const Probe* probe) {
   torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
-  for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
-  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));
+  if (probe) (*probe)("the embedding", {"embed."}, x);
+  for (size_t i = 0; i < blocks_->size(); ++i)
+    x = blocks_->ptr(i)->as<BlockImpl>()->forward(x, probe, static_cast<int64_t>(i), layerNames_[i]);
+  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));  // [B, T, hidden]
+  if (probe) (*probe)("the final norm", {"final_norm"}, x);
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
-  return torch::linear(x, w.to(x.scalar_type()));                  // [B, T, vocab]
+  torch::Tensor logits = torch::linear(x, w.to(x.scalar_type()));  // [B, T, vocab]
+  if (probe) (*probe)("the logits", {head_ ? "head." : "embed."}, logits);
+  return logits;
+}
+
+std::string HybridLMImpl::locateNonFinite(const torch::Tensor& tokens) {
+  const auto named = named_parameters(/*recurse=*/true);
+  // The first parameter whose name starts with one of `prefixes` (all when empty) and whose
+  // value (or gradient, with `grad`) is non-finite: "blocks.3.mixer.q_proj (1 of 16384 values, ...)".
+  auto firstBadParameter = [&](const std::vector<std::string>& prefixes, bool grad) -> std::string {
+    for (const auto& item : named) {
+      bool match = prefixes.empty();
+      for (const auto& p : prefixes) match = match || item.key().rfind(p, 0) == 0;
+      const torch::Tensor& t = grad ? item.value().grad() : item.value();
+      if (!match || !t.defined()) continue;
+      if (auto summary = nonFiniteSummary(t.detach())) return item.key() + " (" + *summary + ")";
+    }
+    return "";
+  };
+
+  std::string found;
+  Probe probe = [&](const std::string& label, const std::vector<std::string>& params, const torch::Tensor& out) {
+    if (!found.empty()) return;
+    auto summary = nonFiniteSummary(out);
+    if (!summary) return;
+    found = "first non-finite value in " + label + " output (" + *summary + ")";
+    const std::string param = firstBadParameter(params, false);
+    if (!param.empty()) found += "; non-finite parameter " + param;
+  };
+  {
+    torch::NoGradGuard noGrad;
+    forwardProbed(tokens, &probe);
+  }
+  if (!found.empty()) return found;
+  std::string message = "the forward pass is finite everywhere (the non-finite value arises in the loss, backward "
+                        "or optimizer)";
+  if (std::string p = firstBadParameter({}, false); !p.empty()) return message + "; first non-finite parameter " + p;
+  if (std::string g = firstBadParameter({}, true); !g.empty()) return message + "; first non-finite gradient " + g;
+  return message + "; every parameter and gradient is finite";
 }
 
 int64_t HybridLMImpl::parameterCount() const {

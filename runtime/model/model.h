@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,25 @@ public:
   explicit HybridLMImpl(const ModelConfig& config);
   /// tokens [B, T] int64 -> logits [B, T, vocab] (float32, or the autocast dtype).
   torch::Tensor forward(const torch::Tensor& tokens);
+  /// Where a non-finite training loss comes from (the trainer's locateNonFinite hook): re-runs
+  /// the forward of `tokens` [B, T] without gradients, checking the embedding output, each
+  /// block's mixer and MLP outputs, the final norm and the logits in order, and returns e.g.
+  /// "first non-finite value in layer 3 (gated_deltanet mixer) output (12 of 4096 values, first
+  /// nan at [0, 5, 17]); non-finite parameter blocks.3.mixer.q_proj" (the parameter part when one
+  /// of that stage's parameters is non-finite). When the forward is finite everywhere, says so
+  /// and names the first parameter whose value or gradient is non-finite (or that none is).
+  std::string locateNonFinite(const torch::Tensor& tokens);
   int64_t parameterCount() const;
   /// One entry per layer: the linear spec's name or the attention spec's name.
   const std::vector<std::string>& layerNames() const { return layerNames_; }
 
 private:
+  /// Called with each stage's output during forward: a label ("layer 3 (gated_deltanet mixer)")
+  /// and the parameter-name prefixes that stage reads.
+  using Probe = std::function<void(const std::string& label, const std::vector<std::string>& params,
+                                   const torch::Tensor& output)>;
+  torch::Tensor forwardProbed(const torch::Tensor& tokens, const Probe* probe);
+
   ModelConfig config_;
   std::vector<std::string> layerNames_;
   torch::nn::Embedding embed_{nullptr};

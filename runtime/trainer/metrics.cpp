@@ -17,6 +17,24 @@ std::string number(double v) {
   return buf;
 }
 
+// A JSON string literal: quotes, backslashes and control characters escaped.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keepUpToStep) : path_(path) {
@@ -60,8 +78,15 @@ void MetricsWriter::write(const StepStats& s) {
 void MetricsWriter::write(const EvalStats& s, double elapsedS) {
   std::ostringstream line;
   line << "{\"step\":" << s.step << ",\"eval_loss\":" << number(s.loss)
-       << ",\"eval_ppl\":" << number(s.ppl) << ",\"elapsed\":" << number(elapsedS) << "}";
+       << ",\"eval_ppl\":" << number(s.ppl);
+  if (!std::isnan(s.accuracy))
+    line << ",\"eval_accuracy\":" << number(s.accuracy) << ",\"eval_targets\":" << s.targets;
+  line << ",\"elapsed\":" << number(elapsedS) << "}";
   emit(line.str());
+}
+
+void MetricsWriter::writeError(int64_t step, const std::string& message) {
+  emit("{\"step\":" + std::to_string(step) + ",\"error\":" + quoted(message) + "}");
 }
 
 std::string formatDuration(double seconds) {

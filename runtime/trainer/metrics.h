@@ -10,8 +10,9 @@
 namespace linac::trainer::detail {
 
 /// Appends metrics lines. Train lines: {"step","loss","lr","grad_norm","tokens_per_s",
-/// "elapsed"}; eval lines: {"step","eval_loss","eval_ppl","elapsed"}. Non-finite numbers are
-/// written as null (JSON has no NaN).
+/// "elapsed"}; eval lines: {"step","eval_loss","eval_ppl","elapsed"}, plus "eval_accuracy" and
+/// "eval_targets" for explicit-target evaluations (MQAR); the line of a run stopped by a
+/// non-finite loss: {"step","error"}. Non-finite numbers are written as null (JSON has no NaN).
 class MetricsWriter {
 public:
   /// Opens `path` for appending. With keepUpToStep >= 0 (a resume), first drops the lines of
@@ -20,6 +21,7 @@ public:
   MetricsWriter(const std::string& path, int64_t keepUpToStep);
   void write(const StepStats& stats);
   void write(const EvalStats& stats, double elapsedS);
+  void writeError(int64_t step, const std::string& message);
 
 private:
   void emit(const std::string& line);

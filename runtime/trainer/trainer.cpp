@@ -84,6 +84,25 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// A stream window in either data::TokenStream layout -> {inputs [b, seqLen], targets [b, seqLen]}.
+std::pair<torch::Tensor, torch::Tensor> splitWindow(const torch::Tensor& window, int64_t seqLen) {
+  if (window.dim() == 2 && window.size(1) == seqLen + 1)  // [b, seqLen + 1]: next-token targets
+    return {window.slice(1, 0, seqLen), window.slice(1, 1, seqLen + 1)};
+  if (window.dim() == 3 && window.size(1) == 2 && window.size(2) == seqLen)  // [b, 2, seqLen]
+    return {window.select(1, 0), window.select(1, 1)};
+  throw TrainError("a batch must be [b, seqLen + 1] or [b, 2, seqLen] with seqLen " + std::to_string(seqLen) +
+                   ", got " + c10::str(window.sizes()));
+}
+
+// "nan", "inf", "-inf" or the number: how a non-finite value is named in diagnostics.
+std::string valueName(double v) {
+  if (std::isnan(v))
+    return "nan";
+  if (std::isinf(v))
+    return v > 0 ? "inf" : "-inf";
+  return std::to_string(v);
+}
+
 void checkConfig(const TrainConfig& c) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok)
@@ -110,9 +129,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<torch::nn::Module> module, 
   if (!module_ || !forward_)
     throw TrainError("the trainer needs a module and a forward function");
   if (heldOut_.defined() && heldOut_.numel() > 0 &&
-      (heldOut_.dim() != 2 || heldOut_.size(1) != config_.seqLen + 1))
+      !(heldOut_.dim() == 2 && heldOut_.size(1) == config_.seqLen + 1) &&
+      !(heldOut_.dim() == 3 && heldOut_.size(1) == 2 && heldOut_.size(2) == config_.seqLen))
     throw TrainError("held-out windows must be [N, seqLen + 1] = [N, " + std::to_string(config_.seqLen + 1) +
-                     "], got " + c10::str(heldOut_.sizes()));
+                     "] or [N, 2, seqLen] = [N, 2, " + std::to_string(config_.seqLen) + "], got " +
+                     c10::str(heldOut_.sizes()));
 
   ParamGroups split = splitForWeightDecay(*module_);
   auto options = [&](double weightDecay) {
@@ -144,10 +165,10 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
 
   const bool autocast = config_.autocast && config_.device.is_cuda();
   torch::Tensor lossSum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(config_.device));
+  std::vector<torch::Tensor> microInputs, microLosses;  // kept to locate a non-finite loss
   for (int64_t micro = 0; micro < config_.accumulation; ++micro) {
     torch::Tensor window = train_.next(config_.batch).to(config_.device);
-    torch::Tensor inputs = window.slice(1, 0, config_.seqLen);
-    torch::Tensor targets = window.slice(1, 1, config_.seqLen + 1);
+    auto [inputs, targets] = splitWindow(window, config_.seqLen);  // [b, seqLen] each
     torch::Tensor logits;
     {
       AutocastGuard guard(autocast);
@@ -159,6 +180,8 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
         logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
     (loss / static_cast<double>(config_.accumulation)).backward();
     lossSum += loss.detach().to(torch::kFloat64);
+    microInputs.push_back(inputs);
+    microLosses.push_back(loss.detach());
   }
   if (hooks_.afterBackward) {
     // Data parallel: the hook averages the gradients and [loss, stop flag] across ranks, so the
@@ -172,14 +195,24 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
   // One device sync per step (here and in the clip below), not one per micro-batch.
   const double meanLoss = lossSum.item<double>() / static_cast<double>(config_.accumulation);
 
+  // "loss is nan at step 17: first non-finite value in layer 3 (gated_deltanet mixer) output ...":
+  // the hook re-runs the forward of the first micro-batch whose loss is non-finite (the last one
+  // when only the gradient norm is) with per-layer checks.
   auto describeNonFinite = [&](const std::string& what, double value) {
-    std::string message = "non-finite " + what + " (" + std::to_string(value) + ") at step " + std::to_string(step);
+    std::string message = what + " is " + valueName(value) + " at step " + std::to_string(step);
     if (hooks_.locateNonFinite) {
+      size_t bad = microInputs.size() - 1;
+      for (size_t i = 0; i < microLosses.size(); ++i)
+        if (!torch::isfinite(microLosses[i]).item<bool>()) {
+          bad = i;
+          break;
+        }
       try {
-        std::string layer = hooks_.locateNonFinite();
-        message += layer.empty() ? "; no layer output is non-finite" : "; first non-finite layer output: " + layer;
+        AutocastGuard guard(autocast);
+        std::string where = hooks_.locateNonFinite(microInputs[bad]);
+        message += ": " + (where.empty() ? std::string("the model found no non-finite value") : where);
       } catch (const std::exception& e) {
-        message += std::string("; locating the layer failed: ") + e.what();
+        message += std::string(": locating the first non-finite value failed: ") + e.what();
       }
     }
     return TrainError(message, step);
@@ -211,26 +244,33 @@ EvalStats Trainer::evaluate(int64_t step) {
   const int64_t limit = config_.evalBatches > 0 ? std::min(windows, config_.evalBatches * config_.batch) : windows;
   double lossSum = 0;
   int64_t tokens = 0;
+  const bool explicitTargets = heldOut_.dim() == 3;  // [N, 2, seqLen]: accuracy is reported too
+  int64_t correct = 0;
   for (int64_t begin = 0; begin < limit; begin += config_.batch) {
     torch::Tensor window = heldOut_.slice(0, begin, std::min(begin + config_.batch, limit)).to(config_.device);
-    torch::Tensor inputs = window.slice(1, 0, config_.seqLen);
-    torch::Tensor targets = window.slice(1, 1, config_.seqLen + 1).reshape({-1});
+    auto [inputs, targetsBT] = splitWindow(window, config_.seqLen);  // [b, seqLen] each
+    torch::Tensor targets = targetsBT.reshape({-1});                  // [b * seqLen]
     torch::Tensor logits;
     {
       AutocastGuard guard(autocast);
-      logits = forward_(inputs);
+      logits = forward_(inputs);  // [b, seqLen, V]
     }
+    torch::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);  // [b * seqLen, V]
     namespace F = torch::nn::functional;
-    lossSum += F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets,
-                                F::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
-    tokens += targets.ne(-100).sum().item<int64_t>();  // -100 is cross_entropy's ignore_index
+    lossSum += F::cross_entropy(flat, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+    torch::Tensor scored = targets.ne(data::kIgnoreTarget);  // [b * seqLen]; cross_entropy's ignore_index
+    tokens += scored.sum().item<int64_t>();
+    if (explicitTargets)
+      correct += (flat.argmax(-1).eq(targets) & scored).sum().item<int64_t>();
   }
   module_->train(wasTraining);
   EvalStats stats;
   stats.step = step;
   stats.loss = tokens > 0 ? lossSum / static_cast<double>(tokens) : std::nan("");
   stats.ppl = std::exp(stats.loss);
+  stats.targets = tokens;
+  if (explicitTargets && tokens > 0)
+    stats.accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
   return stats;
 }
 
@@ -296,7 +336,13 @@ TrainResult Trainer::run() {
     StepStats stats;
     stats.step = step;
     stats.lr = learningRate(config_, step);
-    stats.loss = trainStep(step, stats.gradNorm);
+    try {
+      stats.loss = trainStep(step, stats.gradNorm);
+    } catch (const TrainError& e) {
+      if (metrics && e.step() == step)
+        metrics->writeError(step, e.what());  // the non-finite diagnostic, in the run's record too
+      throw;
+    }
     intervalTrainS += secondsSince(stepStart);
     ++intervalSteps;
     stats.elapsedS = secondsSince(runStart);
@@ -323,8 +369,12 @@ TrainResult Trainer::run() {
     if (canEval && ((config_.evalEvery > 0 && step % config_.evalEvery == 0) || last)) {
       EvalStats eval = evaluate(step);
       metrics->write(eval, secondsSince(runStart));
-      if (progress_)
-        *progress_ << "eval step " << step << " | loss " << eval.loss << " | ppl " << eval.ppl << std::endl;
+      if (progress_) {
+        *progress_ << "eval step " << step << " | loss " << eval.loss << " | ppl " << eval.ppl;
+        if (!std::isnan(eval.accuracy))
+          *progress_ << " | accuracy " << eval.accuracy << " (" << eval.targets << " targets)";
+        *progress_ << std::endl;
+      }
       if (hooks_.onEval)
         hooks_.onEval(eval);
       result.lastEval = eval;

@@ -5,6 +5,8 @@
 //
 // The trainer is model-agnostic: it takes the module (for parameters, buffers and train/eval
 // mode) and a forward functor tokens [B, T] -> logits [B, T, V], so any torch::nn::Module works.
+// Batches come in either data::TokenStream layout: language modelling [B, T + 1] (next-token
+// targets) or explicit targets [B, 2, T] (e.g. MQAR: loss only on the answers, -100 elsewhere).
 #pragma once
 
 #include "data/data.h"
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -91,8 +94,12 @@ struct StepStats {
 
 struct EvalStats {
   int64_t step = 0;
-  double loss = 0;  // mean per-token cross entropy on the held-out windows
+  double loss = 0;  // mean per-token cross entropy on the held-out windows' targeted tokens
   double ppl = 0;
+  /// With explicit-target held-out windows [N, 2, T] (e.g. MQAR): the fraction of targeted
+  /// positions whose argmax prediction is the target; NaN for language-modelling windows.
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+  int64_t targets = 0;  // targeted (scored) positions
 };
 
 struct TrainResult {
@@ -109,9 +116,12 @@ struct TrainHooks {
   std::function<void(const StepStats&)> onStep;
   /// After each evaluation.
   std::function<void(const EvalStats&)> onEval;
-  /// Called when the loss or gradient norm is non-finite; returns a description of the first
-  /// layer whose output is non-finite (e.g. "layer 3 (gated_deltanet)"), or "" if none found.
-  std::function<std::string()> locateNonFinite;
+  /// Called when the loss or gradient norm is non-finite, with the inputs [b, T] of the first
+  /// micro-batch whose loss was non-finite (of the step's last one when only the gradient norm
+  /// is), after its backward, under the forward's autocast. Returns where the first non-finite
+  /// value is (e.g. model::HybridLMImpl::locateNonFinite: "first non-finite value in layer 3
+  /// (gated_deltanet mixer) output ..."), appended to the error message and the metrics line.
+  std::function<std::string(const torch::Tensor& inputs)> locateNonFinite;
   /// Data-parallel training (runtime/distributed): called once per optimizer step after the
   /// accumulation micro-batches' backward passes and before clipping, with `shared` = a float64
   /// vector on the device [summed micro-batch loss, 1 if this rank was asked to stop else 0]. The
@@ -131,7 +141,9 @@ class Trainer {
 public:
   using Forward = std::function<torch::Tensor(const torch::Tensor& tokens)>;
 
-  /// `heldOut` is [N, seqLen + 1] int64 windows (may be undefined or empty: no evaluation).
+  /// `heldOut` is [N, seqLen + 1] int64 windows, or [N, 2, seqLen] (inputs, targets with -100
+  /// where nothing is scored; evaluation then reports accuracy too); may be undefined or empty
+  /// (no evaluation).
   /// The module must already be on config.device. The caller seeds torch before building the
   /// module if initialization should be reproducible; the trainer seeds again at the start of a
   /// fresh run so dropout etc. follow config.seed.
@@ -139,7 +151,8 @@ public:
           data::TokenStream& train, torch::Tensor heldOut = {}, TrainHooks hooks = {});
   ~Trainer();
 
-  /// Runs to config.steps (or until stopped); throws TrainError on a non-finite loss.
+  /// Runs to config.steps (or until stopped); throws TrainError on a non-finite loss or gradient
+  /// norm ("loss is nan at step 17: ..."), after writing the message to metrics.jsonl.
   TrainResult run();
 
   /// Held-out loss over evalBatches micro-batches, in eval mode without gradients.

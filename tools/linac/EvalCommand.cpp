@@ -103,6 +103,9 @@ int runEval(int argc, char** argv) {
          return t;
        }()) {
     if (task == "ppl") {
+      if (tok == "none")
+        throw UsageError("--tasks ppl: " + modelJsonPath + " describes a model trained with --task mqar (no "
+                         "tokenizer, no corpus); use --tasks mqar");
       auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
       data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)
                                              : data::defaultCorpus(*tokenizer);

@@ -1,6 +1,7 @@
-// `linac train SPEC --schedule S --preset P`: build the hybrid model from the specs, train it on
-// the given data (the embedded corpus by default), then report held-out perplexity against the
-// unigram baseline and MQAR recall.
+// `linac train SPEC --schedule S --preset P [--task lm|mqar]`: build the hybrid model from the
+// specs, train it on the given data (the embedded corpus by default) or on freshly generated MQAR
+// sequences (--task mqar: loss on the answers only), then report held-out perplexity against the
+// unigram baseline (lm) and MQAR recall.
 #include "Args.h"
 #include "Commands.h"
 #include "KernelLookup.h"
@@ -26,6 +27,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
+#include <regex>
 
 namespace linac::cli {
 namespace {
@@ -37,6 +40,12 @@ constexpr int64_t kDefaultSeqLen = 128;
 constexpr double kDefaultLr = 2e-3;
 constexpr int64_t kMqarExamples = 64;
 const std::vector<int64_t> kMqarPairs = {2, 4, 8};
+/// --task mqar: 4 pairs (8 context tokens, 12 query slots) per 32 tokens, 32 sequences a step
+/// (the LM defaults' 1024 tokens a step; 128 answers).
+constexpr int64_t kDefaultMqarPairs = 4;
+constexpr int64_t kDefaultMqarSeqLen = 32;
+constexpr int64_t kDefaultMqarBatch = 32;
+constexpr int64_t kMqarHeldOut = 256;  // fixed held-out MQAR sequences scored at each evaluation
 
 std::string jsonEscape(const std::string& s) {
   std::string out;
@@ -69,7 +78,7 @@ int runTrain(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "log-every", "checkpoint-every",
-                         "specs-dir", "nproc"},
+                         "specs-dir", "nproc", "task", "mqar-pairs"},
                         {"resume"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
@@ -103,13 +112,22 @@ int runTrain(int argc, char** argv) {
   const std::string presetName = args.get("preset", "tiny");
   mc.preset = spec::loadPreset(presetName, specsDir + "/presets");
 
-  // Data and tokenizer.
-  const std::string tok = args.get("tokenizer", "byte");
+  // Task, data and tokenizer. MQAR needs neither a corpus nor a tokenizer: its ids are drawn
+  // from the preset's vocabulary.
+  const std::string task = args.get("task", "lm");
+  if (task != "lm" && task != "mqar") throw UsageError("--task must be lm or mqar, got '" + task + "'");
+  const bool mqarTask = task == "mqar";
+  if (mqarTask && (args.has("data") || args.has("tokenizer")))
+    throw UsageError("--data and --tokenizer are for --task lm; --task mqar generates its sequences");
+  if (!mqarTask && args.has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
+  const int64_t mqarPairs = args.getInt("mqar-pairs", kDefaultMqarPairs);
+  const std::string tok = mqarTask ? "none" : args.get("tokenizer", "byte");
   std::unique_ptr<data::Tokenizer> tokenizer =
-      tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
-  data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)
-                                         : data::defaultCorpus(*tokenizer);
-  if (mc.preset.vocab != tokenizer->vocabSize()) {
+      mqarTask ? nullptr : tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
+  data::Corpus corpus;
+  if (!mqarTask)
+    corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer) : data::defaultCorpus(*tokenizer);
+  if (tokenizer && mc.preset.vocab != tokenizer->vocabSize()) {
     std::cout << "note: preset " << mc.preset.name << " has vocab " << mc.preset.vocab << "; using the "
               << tokenizer->name() << " tokenizer's " << tokenizer->vocabSize() << "\n";
     mc.preset.vocab = tokenizer->vocabSize();
@@ -117,8 +135,8 @@ int runTrain(int argc, char** argv) {
 
   trainer::TrainConfig tc;
   tc.steps = args.getInt("steps", kDefaultSteps);
-  tc.batch = args.getInt("batch", kDefaultBatch);
-  tc.seqLen = args.getInt("seq-len", kDefaultSeqLen);
+  tc.batch = args.getInt("batch", mqarTask ? kDefaultMqarBatch : kDefaultBatch);
+  tc.seqLen = args.getInt("seq-len", mqarTask ? kDefaultMqarSeqLen : kDefaultSeqLen);
   tc.accumulation = args.getInt("accumulation", 1);
   tc.lr = std::stod(args.get("lr", std::to_string(kDefaultLr)));
   tc.warmupSteps = args.getInt("warmup", std::max<int64_t>(1, tc.steps / 10));
@@ -156,10 +174,25 @@ int runTrain(int argc, char** argv) {
             << mc.preset.name << " | " << lm->parameterCount() << " parameters | device " << device << "\n";
   std::cout << "layers:";
   for (const auto& n : lm->layerNames()) std::cout << " " << n;
-  std::cout << "\ndata: " << corpus.description << " (" << corpus.train.size() << " training tokens, "
-            << corpus.heldOut.size() << " held out)\n";
+  if (mqarTask)
+    std::cout << "\ndata: mqar, " << mqarPairs << " key-value pairs per sequence of " << tc.seqLen
+              << " tokens (fresh sequences; loss on the answers only), " << kMqarHeldOut << " held out\n";
+  else
+    std::cout << "\ndata: " << corpus.description << " (" << corpus.train.size() << " training tokens, "
+              << corpus.heldOut.size() << " held out)\n";
 
   std::filesystem::create_directories(tc.outDir);
+  if (tc.resume) {  // the data stream's state is checkpointed, not its task: a resume keeps both
+    std::ifstream previous(tc.outDir + "/model.json");
+    const std::string json((std::istreambuf_iterator<char>(previous)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    const std::string before = std::regex_search(json, m, std::regex("\"task\": \"(\\w+)\"")) ? m[1].str() : "lm";
+    const std::string pairs = std::regex_search(json, m, std::regex("\"mqar_pairs\": (\\d+)")) ? m[1].str() : "";
+    if (!json.empty() && (before != task || (mqarTask && pairs != std::to_string(mqarPairs))))
+      throw UsageError("cannot resume " + tc.outDir + " with --task " + task +
+                       (mqarTask ? " --mqar-pairs " + std::to_string(mqarPairs) : "") + ": it was trained with --task " +
+                       before + (pairs.empty() ? "" : " --mqar-pairs " + pairs));
+  }
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (!dist || dist->isMaster())  // only rank 0 writes files
 #endif
@@ -167,14 +200,33 @@ int runTrain(int argc, char** argv) {
     std::ofstream m(tc.outDir + "/model.json");
     m << "{\"spec\": \"" << jsonEscape(absolutePath(specPath)) << "\", \"preset\": \""
       << jsonEscape(presetName) << "\", \"schedule\": \"" << jsonEscape(scheduleText) << "\", \"tokenizer\": \""
-      << jsonEscape(tok) << "\", \"vocab\": " << mc.preset.vocab << ", \"seq_len\": " << tc.seqLen << "}\n";
+      << jsonEscape(tok) << "\", \"vocab\": " << mc.preset.vocab << ", \"seq_len\": " << tc.seqLen
+      << ", \"task\": \"" << task << "\"";
+    if (mqarTask) m << ", \"mqar_pairs\": " << mqarPairs;
+    m << "}\n";
   }
 
-  const double unigram = eval::unigramEntropy(corpus.train, mc.preset.vocab);
-  auto stream = data::makePackedStream(corpus.train, tc.seqLen, tc.seed);
-  torch::Tensor heldOut = heldOutWindows(corpus.heldOut, tc.seqLen);
+  const double unigram = mqarTask ? 0.0 : eval::unigramEntropy(corpus.train, mc.preset.vocab);
+  // MQAR: the training stream's state is (seed, examples consumed), so a resume continues it; the
+  // held-out sequences come from another seed and are scored (loss, accuracy) at each evaluation.
+  std::unique_ptr<data::TokenStream> stream;
+  torch::Tensor heldOut;
+  try {
+    if (mqarTask) {
+      stream = data::makeMqarStream(tc.seqLen, mqarPairs, mc.preset.vocab, tc.seed);
+      data::MqarBatch held = data::makeMqar(kMqarHeldOut, tc.seqLen, mqarPairs, mc.preset.vocab, tc.seed + 1);
+      heldOut = torch::stack({held.inputs, held.targets}, 1);  // [kMqarHeldOut, 2, seqLen]
+    } else {
+      stream = data::makePackedStream(corpus.train, tc.seqLen, tc.seed);
+      heldOut = heldOutWindows(corpus.heldOut, tc.seqLen);  // [N, seqLen + 1]
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--task ") + task + ": " + e.what() + " (see --seq-len, --mqar-pairs)");
+  }
   auto forward = [&](const torch::Tensor& tokens) { return lm->forward(tokens); };
   trainer::TrainHooks hooks;
+  // A non-finite loss: the error names the first layer whose output is non-finite.
+  hooks.locateNonFinite = [&](const torch::Tensor& inputs) { return lm->locateNonFinite(inputs); };
   data::TokenStream* trainStream = stream.get();
 #ifdef LINAC_HAVE_DISTRIBUTED
   std::unique_ptr<distributed::ShardedStream> sharded;
@@ -194,7 +246,21 @@ int runTrain(int argc, char** argv) {
   lm->eval();
   std::cout << std::fixed << std::setprecision(3);
   std::cout << "done: " << result.step << " steps" << (result.interrupted ? " (interrupted)" : "")
-            << ", last training loss " << result.lastLoss << " nats; unigram baseline " << unigram << " nats\n";
+            << ", last training loss " << result.lastLoss << " nats";
+  if (mqarTask) {
+    // Chance: a uniform guess among the vocab/2 value ids, or a random pick of the sequence's values.
+    std::cout << " on the answers; chance accuracy " << 1.0 / double(mc.preset.vocab / 2) << " (any value) / "
+              << 1.0 / double(mqarPairs) << " (a value of the sequence)\n";
+    std::vector<int64_t> pairs;
+    for (int64_t p : {mqarPairs / 2, mqarPairs, 2 * mqarPairs})
+      if (p >= 1 && 4 * p <= tc.seqLen && (pairs.empty() || pairs.back() != p)) pairs.push_back(p);
+    for (const auto& r : eval::mqar(forward, pairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 2, tc.device))
+      std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries << " queries"
+                << (r.pairs == mqarPairs ? " (the trained number of pairs)" : "") << "\n";
+    if (!result.lastCheckpoint.empty()) std::cout << "checkpoint: " << result.lastCheckpoint << "\n";
+    return 0;
+  }
+  std::cout << "; unigram baseline " << unigram << " nats\n";
   if (heldOut.size(0) > 0) {
     auto ppl = eval::perplexity(forward, heldOut, tc.batch, tc.device);
     std::cout << "held-out: loss " << ppl.loss << " nats, perplexity " << ppl.ppl << " over " << ppl.tokens

@@ -378,6 +378,50 @@ TEST(Mqar, MinimalShapesAndValidation) {
   expectThrows<std::invalid_argument>([] { makeMqar(0, 64, 4, 64, 0); }, {"batch must be"});
 }
 
+// MQAR as a training stream: [batch, 2, seqLen] (inputs, targets); the loss mask (targets !=
+// -100) covers exactly the answer positions - where the input is a query of a context key -
+// and each answer is the value bound to that key; the stream is resumable by position.
+TEST(MqarStream, MaskedBatchesAndResume) {
+  const int64_t seqLen = 32, pairs = 4, vocab = 64, batch = 6;
+  auto s = makeMqarStream(seqLen, pairs, vocab, 9);
+  const torch::Tensor w = s->next(batch);  // [batch, 2, seqLen]
+  ASSERT_EQ(w.sizes(), (std::vector<int64_t>{batch, 2, seqLen}));
+  EXPECT_EQ(s->position(), batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    const torch::Tensor in = w[b][0], tg = w[b][1];  // [seqLen] each
+    std::map<int64_t, int64_t> kv;  // the context's bindings
+    for (int64_t i = 0; i < pairs; ++i) kv[in[2 * i].item<int64_t>()] = in[2 * i + 1].item<int64_t>();
+    std::set<int64_t> answered;
+    for (int64_t t = 0; t < seqLen; ++t) {
+      const int64_t token = in[t].item<int64_t>(), target = tg[t].item<int64_t>();
+      if (target == kIgnoreTarget) continue;
+      // Scored: an even offset after the context whose input is a context key (a query); noise
+      // may repeat a key elsewhere, so positions are checked this way round.
+      EXPECT_GE(t, 2 * pairs) << "example " << b << ": no loss inside the key-value context";
+      EXPECT_EQ((t - 2 * pairs) % 2, 0);
+      ASSERT_TRUE(kv.count(token)) << "example " << b << ": loss at " << t << ", whose input is no key";
+      EXPECT_EQ(target, kv.at(token)) << "the answer is the value bound to the queried key";
+      EXPECT_TRUE(answered.insert(token).second) << "each key is answered once";
+    }
+    const int64_t answers = static_cast<int64_t>(answered.size());
+    EXPECT_EQ(answers, pairs) << "every key answered, nothing else scored";
+    EXPECT_EQ((tg != kIgnoreTarget).sum().item<int64_t>(), pairs);
+  }
+  // Example p of the stream is example p of makeMqar with the same seed, whatever the batching.
+  const MqarBatch ref = makeMqar(batch + 5, seqLen, pairs, vocab, 9);
+  EXPECT_TRUE(torch::equal(w.select(1, 0), ref.inputs.slice(0, 0, batch)));
+  EXPECT_TRUE(torch::equal(w.select(1, 1), ref.targets.slice(0, 0, batch)));
+  const torch::Tensor rest = torch::cat({s->next(2), s->next(3)});  // [5, 2, seqLen]
+  EXPECT_TRUE(torch::equal(rest.select(1, 0), ref.inputs.slice(0, batch)));
+  // Resume: a fresh stream seeked to the position continues with the same examples.
+  auto resumed = makeMqarStream(seqLen, pairs, vocab, 9);
+  resumed->seek(batch);
+  EXPECT_TRUE(torch::equal(resumed->next(5), rest));
+  EXPECT_FALSE(torch::equal(makeMqarStream(seqLen, pairs, vocab, 10)->next(batch), w)) << "another seed";
+  expectThrows<std::invalid_argument>([] { makeMqarStream(15, 4, 64, 0); }, {"seqLen 15"});
+  expectThrows<std::invalid_argument>([&] { resumed->seek(-1); }, {"position"});
+}
+
 // --- default corpus -------------------------------------------------------------------------
 
 double unigramBits(const std::vector<int64_t>& ids, int64_t vocab) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 namespace linac::model {
 namespace {
@@ -184,6 +185,55 @@ TEST(Model, ParameterCountsMatchFla) {
     EXPECT_EQ(ours[0], same[0]) << preset;
     EXPECT_EQ(ours[1], same[1]) << preset;
   }
+}
+
+// The NaN locator: a NaN injected into one layer's parameter is named by the first non-finite
+// stage of the re-run forward (layer index, mixer or MLP, the parameter); a finite forward with
+// a non-finite gradient is reported as such, naming the parameter.
+TEST(Model, LocateNonFiniteNamesTheLayer) {
+  torch::manual_seed(3);
+  HybridLM m(config("gated_deltanet", "3:1"));  // layers: gdn gdn gdn attention
+  const torch::Tensor tokens = torch::randint(0, 256, {2, 16}, torch::kLong);  // [2, 16]
+  EXPECT_EQ(m->locateNonFinite(tokens),
+            "the forward pass is finite everywhere (the non-finite value arises in the loss, backward or "
+            "optimizer); every parameter and gradient is finite");
+
+  auto params = m->named_parameters();
+  std::string mixerParam;  // the first matrix of layer 1's mixer
+  for (const auto& item : params)
+    if (item.key().rfind("blocks.1.mixer.", 0) == 0 && item.value().dim() == 2) {
+      mixerParam = item.key();
+      break;
+    }
+  ASSERT_FALSE(mixerParam.empty());
+  {
+    torch::NoGradGuard noGrad;
+    params[mixerParam].view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  std::string where = m->locateNonFinite(tokens);
+  EXPECT_EQ(where.rfind("first non-finite value in layer 1 (gated_deltanet mixer) output (", 0), 0u) << where;
+  EXPECT_NE(where.find("; non-finite parameter " + mixerParam + " (1 of "), std::string::npos) << where;
+  {
+    torch::NoGradGuard noGrad;
+    params[mixerParam].view(-1)[0] = 0.0f;
+    params["blocks.3.mlp_down"].view(-1)[5] = std::numeric_limits<float>::infinity();
+  }
+  where = m->locateNonFinite(tokens);
+  EXPECT_EQ(where.rfind("first non-finite value in layer 3 (mlp) output (", 0), 0u) << where;
+  EXPECT_NE(where.find("non-finite parameter blocks.3.mlp_down (1 of "), std::string::npos) << where;
+  // mlp_down [hidden, I] element 5 is row 0: output channel 0 goes non-finite at every position.
+  EXPECT_NE(where.find(" at [0, 0, 0])"), std::string::npos) << where;
+
+  // Finite forward, non-finite gradient (as when backward or the optimizer overflows).
+  {
+    torch::NoGradGuard noGrad;
+    params["blocks.3.mlp_down"].view(-1)[5] = 0.0f;
+  }
+  m->forward(tokens).sum().backward();
+  params["blocks.2.mlp_up"].mutable_grad().view(-1)[7] = std::numeric_limits<float>::quiet_NaN();
+  where = m->locateNonFinite(tokens);
+  EXPECT_EQ(where.rfind("the forward pass is finite everywhere", 0), 0u) << where;
+  EXPECT_NE(where.find("first non-finite gradient blocks.2.mlp_up (1 of "), std::string::npos) << where;
 }
 
 }  // namespace
