@@ -76,6 +76,16 @@ torch::Tensor rope(const torch::Tensor& x, double theta) {
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
+void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v) {
+  for (const torch::Tensor* t : {&v, &q, &k}) {
+    const auto dtype = t->scalar_type();
+    if (dtype == torch::kBFloat16 || dtype == torch::kHalf) {
+      q = q.to(dtype), k = k.to(dtype), v = v.to(dtype);
+      return;
+    }
+  }
+}
+
 torch::Tensor l2Normalize(const torch::Tensor& x, double eps) {
   return x * torch::rsqrt(x.pow(2).sum(-1, true) + eps);
 }

@@ -69,6 +69,12 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 /// x [B, T, H, D] at positions 0..T-1. D must be even.
 torch::Tensor rope(const torch::Tensor& x, double theta);
 
+/// Casts q, k, v to the one element type the recurrence kernels run them in: the reduced
+/// precision (bf16 / fp16) when any of them has it, else unchanged. Under CUDA autocast the
+/// projections come out bf16 while L2-normalised q / k are promoted to fp32 (pow, sum, rsqrt run
+/// in fp32 there).
+void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v);
+
 /// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm).
 torch::Tensor l2Normalize(const torch::Tensor& x, double eps = kNormEps);
 

@@ -153,6 +153,7 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
     if (oracle) {
       o = oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
     } else {
+      toCommonKernelDtype(q, k, v);
       ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, false};
       o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
     }

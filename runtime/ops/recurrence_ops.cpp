@@ -8,6 +8,7 @@
 #include "recurrence_ops.h"
 
 #include "checks.h"
+#include "padding.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <torch/autograd.h>
@@ -530,6 +531,10 @@ struct ScanFunction : public torch::autograd::Function<ScanFunction> {
 std::pair<torch::Tensor, torch::Tensor> recurrence(const RecurrenceInputs& in,
                                                    const RecurrenceOptions& options) {
   const RecurrenceDims dims = checkRecurrence(in, options);
+  if (in.q.is_cuda()) {  // head dims the CUDA kernels do not take run zero-padded (padding.h)
+    const auto [dk, dv] = cudaChunkDims(in.q.size(-1), in.v.size(-1));
+    if (dk != in.q.size(-1) || dv != in.v.size(-1)) return recurrencePadded(in, options, dk, dv);
+  }
   const variable_list outputs = RecurrenceFunction::apply(
       in.q, in.k, in.v, optionalOf(in.g), optionalOf(in.beta), optionalOf(in.u), optionalOf(in.h0),
       optionalOf(dims.cu_seqlens_host), options.kind, options.scale, options.chunk,

@@ -165,6 +165,25 @@ int64_t flaModel(const spec::PresetSpec& p, int64_t linearLayer, int64_t attnLay
          (p.layers - attnLayers) * linearLayer;
 }
 
+// Under CUDA autocast the projections come out bf16 while the L2-normalised q / k are fp32; the
+// recurrence kernels take one element type (a 340m Gated DeltaNet run stopped on this on the H200).
+TEST(Model, MixedPrecisionQkvRunInTheReducedType) {
+  torch::Tensor q = torch::randn({1, 4, 2, 8}), k = torch::randn({1, 4, 2, 8});
+  torch::Tensor v = torch::randn({1, 4, 2, 8}).to(torch::kBFloat16);
+  toCommonKernelDtype(q, k, v);
+  EXPECT_EQ(q.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(k.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(v.scalar_type(), torch::kBFloat16);
+  torch::Tensor a = torch::randn({3}), b = torch::randn({3}).to(torch::kHalf), c = torch::randn({3});
+  toCommonKernelDtype(a, b, c);
+  EXPECT_EQ(a.scalar_type(), torch::kHalf);
+  EXPECT_EQ(c.scalar_type(), torch::kHalf);
+  torch::Tensor x = torch::randn({3}), y = torch::randn({3}), z = torch::randn({3});
+  toCommonKernelDtype(x, y, z);  // all fp32: unchanged
+  EXPECT_EQ(x.scalar_type(), torch::kFloat);
+  EXPECT_EQ(z.scalar_type(), torch::kFloat);
+}
+
 TEST(Model, ParameterCountsMatchFla) {
   for (const std::string preset : {"340m", "1.3b"}) {
     const ModelConfig gdn = config("gated_deltanet", "3:1", MixerBackend::Kernels, preset);
