@@ -98,11 +98,24 @@ def main():
                    help="warm every case first, then wait for this file before timing (so Triton's "
                         "compiles overlap the caller's build while the timings have the GPU alone)")
     p.add_argument("--go-timeout", type=float, default=600)
+    p.add_argument("--only", default=None, help="run one case (e.g. gla)")
+    p.add_argument("--warm-only", action="store_true",
+                   help="compile and autotune, print nothing, exit: one process per case in parallel "
+                        "fills Triton's cache (TRITON_CACHE_DIR, autotune results included) for a later "
+                        "timing process")
     args = p.parse_args()
     B, T, H, D = map(int, args.shape.split(","))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     torch.manual_seed(0)
-    all_cases = list(cases(B, T, H, D, dtype))
+    all_cases = [c for c in cases(B, T, H, D, dtype) if args.only in (None, c[0])]
+    if not all_cases:
+        raise SystemExit(f"no case named {args.only!r}")
+    if args.warm_only:
+        for name, fn, a in all_cases:
+            t0 = time.time()
+            warm(fn, a)
+            print(f"warmed {name} in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
+        return
     if args.go_file:
         for name, fn, a in all_cases:
             t0 = time.time()
