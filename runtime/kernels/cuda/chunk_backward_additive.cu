@@ -44,6 +44,7 @@
 // ~1.1 GB of fp32 state traffic (write + read of S and dS): on the order of 1-3 ms, dominated by
 // fragment building (scalar LDS + cvt) as in the forward; see NOTES.md for measurements.
 #include "chunk_backward_paths.h"
+#include "chunk_slots.cuh"
 
 #include "cuda_check.h"
 #include "tile.cuh"
@@ -95,43 +96,6 @@ struct AddBwdParams {
   int decay;               // DecayClass
 };
 
-/// Sequence n: first token, length, and first chunk slot (disjoint slot ranges per sequence; for
-/// varlen coff = floor(bos / C) + n, which leaves room for ceil(len / C) chunks).
-template <typename P>
-__device__ __forceinline__ void seqInfo(const P& p, int n, int64_t& bos, int64_t& len,
-                                        int64_t& coff) {
-  if (p.cu_seqlens) {
-    bos = p.cu_seqlens[n];
-    len = p.cu_seqlens[n + 1] - bos;
-    coff = bos / kC + n;
-  } else {
-    bos = int64_t(n) * p.seq_len;
-    len = p.seq_len;
-    coff = int64_t(n) * p.chunks_per_seq;
-  }
-}
-
-/// Chunk slot -> (sequence, chunk within it). False for slots no chunk occupies.
-template <typename P>
-__device__ __forceinline__ bool slotToChunk(const P& p, int64_t slot, int& n, int64_t& bos,
-                                            int64_t& len, int64_t& chunk) {
-  int64_t coff;
-  if (p.cu_seqlens) {  // largest n with floor(cu[n] / C) + n <= slot (strictly increasing in n)
-    int lo = 0, hi = p.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.cu_seqlens[mid] / kC + mid <= slot) lo = mid;
-      else hi = mid - 1;
-    }
-    n = lo;
-  } else {
-    n = int(slot / p.chunks_per_seq);
-  }
-  seqInfo(p, n, bos, len, coff);
-  chunk = slot - coff;
-  return chunk >= 0 && chunk * kC < len;
-}
-
 /// Log-decay of token `tok` (global token index), head h; 0 for None.
 template <typename P>
 __device__ __forceinline__ float decayAt(const P& p, int64_t tok, int h) {
@@ -174,25 +138,6 @@ __device__ __forceinline__ void loadChunkDecay(const P& p, double* sB, int64_t t
   sB[lane + 32] = b1;
 }
 
-/// Starts an asynchronous copy of a [kSlice x kSlice] fp32 block (global row stride row_stride,
-/// 16-byte aligned rows) into shared memory with leading dimension ld (a multiple of 4). The whole
-/// block calls; complete with cp.async.wait_all in each thread, then __syncthreads().
-__device__ __forceinline__ void asyncLoadStateSlice(float* dst, int ld, const float* src,
-                                                    int64_t row_stride) {
-  constexpr int kVecPerRow = kSlice / 4;
-  for (int i = threadIdx.x; i < kSlice * kVecPerRow; i += kThreads) {
-    const int r = i / kVecPerRow, c = (i - r * kVecPerRow) * 4;
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * ld + c));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src + r * row_stride + c)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void asyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-template <bool Precise>
-__device__ __forceinline__ float fastExp(float x) {
-  return Precise ? expf(x) : __expf(x);
-}
 
 // ---- pass 1: chunk-start states (forward) and chunk-end state gradients (reverse) -------------
 template <int DK>
@@ -227,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) stateScanKernel(const AddBwdParams<T
   const int n = reverse ? int(blockIdx.z) - N : int(blockIdx.z);
   const int H = p.heads, dv = p.value_dim, v0 = vb * kSlice;
   int64_t bos, len, coff;
-  seqInfo(p, n, bos, len, coff);
+  seqInfo<kC>(p, n, bos, len, coff);
   const T* X = reverse ? p.q : p.k;
   const T* Y = reverse ? p.d_o : p.v;
   float* out = reverse ? p.dstates : p.states;
@@ -353,14 +298,14 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const AddBwdParams<T> 
 
   int n;
   int64_t bos, len, chunk;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk)) return;  // whole CTA, before any barrier
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk)) return;  // whole CTA, before any barrier
   const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, ks = blockIdx.z, c0 = ks * kSlice;
   const int H = p.heads, dv = p.value_dim;
   const int64_t tok0 = bos + chunk * kC;
   const int lc = int((len - chunk * kC) < kC ? (len - chunk * kC) : int64_t(kC));
   int64_t coff, bos2, len2;
-  seqInfo(p, n, bos2, len2, coff);
+  seqInfo<kC>(p, n, bos2, len2, coff);
   const int64_t sbase = ((coff + chunk) * H + h) * int64_t(DK) * dv + int64_t(c0) * dv;
 
   loadRowsToShared<T>(sQ, kLdB, p.q + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
@@ -378,8 +323,8 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const AddBwdParams<T> 
   float sdot = 0.f;  // this thread's part of <S_c, dS_{c+1}> over the slice rows (d_g only)
   for (int v0 = 0; v0 < dv; v0 += kSlice) {
     __syncthreads();  // previous block's reads done
-    asyncLoadStateSlice(sS, kLdA, p.states + sbase + v0, dv);  // overlaps the loads below
-    asyncLoadStateSlice(sdS, kLdA, p.dstates + sbase + v0, dv);
+    asyncLoadSquare<kThreads, kSlice>(sS, kLdA, p.states + sbase + v0, dv);  // overlaps the loads below
+    asyncLoadSquare<kThreads, kSlice>(sdS, kLdA, p.dstates + sbase + v0, dv);
     loadRowsToShared<T>(sdO, kLdA, p.d_o + (tok0 * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
     loadRowsToShared<T>(sV, kLdA, p.v + (tok0 * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
     asyncWaitAll();
@@ -534,14 +479,14 @@ __global__ void __launch_bounds__(kThreads, 2) dvKernel(const AddBwdParams<T> p)
 
   int n;
   int64_t bos, len, chunk;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk)) return;
   const int warp = threadIdx.x >> 5;
   const int h = blockIdx.y, v0 = blockIdx.z * kSlice;
   const int H = p.heads, dv = p.value_dim;
   const int64_t tok0 = bos + chunk * kC;
   const int lc = int((len - chunk * kC) < kC ? (len - chunk * kC) : int64_t(kC));
   int64_t coff, bos2, len2;
-  seqInfo(p, n, bos2, len2, coff);
+  seqInfo<kC>(p, n, bos2, len2, coff);
   const int64_t sbase = ((coff + chunk) * H + h) * int64_t(DK) * dv + v0;
 
   loadRowsToShared<T>(sdO, kLdB, p.d_o + (tok0 * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
@@ -553,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 2) dvKernel(const AddBwdParams<T> p)
   zeroAcc(aat);
   for (int c0 = 0; c0 < DK; c0 += kSlice) {
     __syncthreads();
-    asyncLoadStateSlice(sdS, kLdB, p.dstates + sbase + int64_t(c0) * dv, dv);
+    asyncLoadSquare<kThreads, kSlice>(sdS, kLdB, p.dstates + sbase + int64_t(c0) * dv, dv);
     loadRowsToShared<T>(sQ, kLdA, p.q + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     loadRowsToShared<T>(sK, kLdA, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     asyncWaitAll();
@@ -592,7 +537,7 @@ __global__ void __launch_bounds__(kDgThreads) dgKernel(const AddBwdParams<T> p, 
   __shared__ double sRed[kDgThreads];
   const int tid = threadIdx.x, h = blockIdx.x, n = blockIdx.y, H = p.heads;
   int64_t bos, len, coff;
-  seqInfo(p, n, bos, len, coff);
+  seqInfo<kC>(p, n, bos, len, coff);
   const int64_t rows = p.cu_seqlens ? p.seq_len * H : int64_t(p.num_seqs) * p.seq_len * H;
   double total = 0.0;
   for (int64_t t = tid; t < len; t += kDgThreads) {

@@ -48,6 +48,7 @@
 // Workspace (cudaMallocAsync): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
 // dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / Z partials.
 #include "chunk_backward_paths.h"
+#include "chunk_slots.cuh"
 
 #include "cuda_check.h"
 #include "tile.cuh"
@@ -110,47 +111,6 @@ struct DeltaBwdParams {
   int decay;               // DecayClass (None or Scalar)
 };
 
-/// Sequence n: first token, length, and first chunk slot (disjoint slot ranges per sequence; for
-/// varlen coff = floor(bos / C) + n, which leaves room for ceil(len / C) chunks).
-template <typename P>
-__device__ __forceinline__ void seqInfo(const P& p, int n, int64_t& bos, int64_t& len,
-                                        int64_t& coff) {
-  if (p.cu_seqlens) {
-    bos = p.cu_seqlens[n];
-    len = p.cu_seqlens[n + 1] - bos;
-    coff = bos / kC + n;
-  } else {
-    bos = int64_t(n) * p.seq_len;
-    len = p.seq_len;
-    coff = int64_t(n) * p.chunks_per_seq;
-  }
-}
-
-/// Chunk slot -> (sequence, chunk within it). False for slots no chunk occupies.
-template <typename P>
-__device__ __forceinline__ bool slotToChunk(const P& p, int64_t slot, int& n, int64_t& bos,
-                                            int64_t& len, int64_t& chunk, int64_t& coff) {
-  if (p.cu_seqlens) {  // largest n with floor(cu[n] / C) + n <= slot (strictly increasing in n)
-    int lo = 0, hi = p.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.cu_seqlens[mid] / kC + mid <= slot) lo = mid;
-      else hi = mid - 1;
-    }
-    n = lo;
-  } else {
-    n = int(slot / p.chunks_per_seq);
-  }
-  seqInfo(p, n, bos, len, coff);
-  chunk = slot - coff;
-  return chunk >= 0 && chunk * kC < len;
-}
-
-template <bool Precise>
-__device__ __forceinline__ float fastExp(float x) {
-  return Precise ? expf(x) : __expf(x);
-}
-
 /// Loads the chunk's per-token scalars (warp 0 cumsums the log-decays; threads t < C read beta):
 /// sB[t] = b_t, sEb[t] = exp(b_t), sEc[t] = exp(b_C - b_t), sBeta[t] (any may be null). The caller
 /// synchronizes before use.
@@ -198,7 +158,6 @@ __device__ __forceinline__ void asyncRowsF32(float* dst, int ld, const float* sr
     }
   }
 }
-__device__ __forceinline__ void asyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /// Per-row sums over a warp's 16 x 32 accumulator tile of x * wt(r, c), added to sRow[r] with
 /// shared atomics (two warps share each row).
@@ -253,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
 
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, H = p.heads, dv = p.value_dim;
   const int64_t tok0 = bos + chunk * kC;
@@ -378,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
   const int v0 = blockIdx.x * kSlice, h = blockIdx.y, n = blockIdx.z;
   const int H = p.heads, dv = p.value_dim;
   int64_t bos, len, coff;
-  seqInfo(p, n, bos, len, coff);
+  seqInfo<kC>(p, n, bos, len, coff);
   const int64_t hbase = (int64_t(n) * H + h) * DK * dv + v0;
   for (int i = tid; i < DK * kSlice; i += kThreads) {
     const int c = i / kSlice, j = i - c * kSlice;
@@ -445,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
   const int v0 = blockIdx.x * kSlice, h = blockIdx.y, n = blockIdx.z;
   const int H = p.heads, dv = p.value_dim;
   int64_t bos, len, coff;
-  seqInfo(p, n, bos, len, coff);
+  seqInfo<kC>(p, n, bos, len, coff);
   const int64_t hbase = (int64_t(n) * H + h) * DK * dv + v0;
   for (int i = tid; i < DK * kSlice; i += kThreads) {
     const int c = i / kSlice, j = i - c * kSlice;
@@ -556,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
 
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int h = blockIdx.y, ks = blockIdx.z, c0 = ks * kSlice;
   const int H = p.heads, dv = p.value_dim;
@@ -687,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
 
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, H = p.heads, dv = p.value_dim;
   const int64_t tok0 = bos + chunk * kC;

@@ -57,6 +57,7 @@
 // Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (slots ~ B T / C), dG chunk
 // totals and d_u partials [slots, H, dk], F partials [N, H, dv / 64, dk].
 #include "chunk_backward_paths.h"
+#include "chunk_slots.cuh"
 
 #include "cuda_check.h"
 #include "tile.cuh"
@@ -120,47 +121,6 @@ struct DiagBwdParams {
   int exclusive;           // Readout == ExclusiveBonus
 };
 
-/// Sequence n: first token, length, first chunk slot (disjoint slot ranges per sequence; for
-/// varlen coff = floor(bos / C) + n, which leaves room for ceil(len / C) chunks).
-template <typename P>
-__device__ __forceinline__ void seqInfo(const P& p, int n, int64_t& bos, int64_t& len,
-                                        int64_t& coff) {
-  if (p.cu_seqlens) {
-    bos = p.cu_seqlens[n];
-    len = p.cu_seqlens[n + 1] - bos;
-    coff = bos / kC + n;
-  } else {
-    bos = int64_t(n) * p.seq_len;
-    len = p.seq_len;
-    coff = int64_t(n) * p.chunks_per_seq;
-  }
-}
-
-/// Chunk slot -> (sequence, chunk within it). False for slots no chunk occupies.
-template <typename P>
-__device__ __forceinline__ bool slotToChunk(const P& p, int64_t slot, int& n, int64_t& bos,
-                                            int64_t& len, int64_t& chunk, int64_t& coff) {
-  if (p.cu_seqlens) {  // largest n with floor(cu[n] / C) + n <= slot (strictly increasing in n)
-    int lo = 0, hi = p.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.cu_seqlens[mid] / kC + mid <= slot) lo = mid;
-      else hi = mid - 1;
-    }
-    n = lo;
-  } else {
-    n = int(slot / p.chunks_per_seq);
-  }
-  seqInfo(p, n, bos, len, coff);
-  chunk = slot - coff;
-  return chunk >= 0 && chunk * kC < len;
-}
-
-template <bool Precise>
-__device__ __forceinline__ float fastExp(float x) {
-  return Precise ? expf(x) : __expf(x);
-}
-
 /// In-place cumulative sum over the chunk's tokens of a [kC x kSlice] fp32 tile of log-decays in
 /// shared memory (padded tokens hold 0). Thread (column c = tid % kSlice, part = tid / kSlice)
 /// owns tokens part * kPartLen .. + kPartLen - 1 of column c and stores
@@ -207,19 +167,6 @@ __device__ __forceinline__ void forEachAcc2(float (&a)[NT][4], float (&b)[NT][4]
       f(m0 + ln.g + ((e & 2) ? 8 : 0), n0 + 8 * j + 2 * ln.q + (e & 1), a[j][e], b[j][e]);
 }
 
-/// Asynchronous copy of a [kSlice x kSlice] fp32 block (row stride row_stride, 16-byte aligned
-/// rows) to shared memory (ld a multiple of 4). Whole block calls; then asyncWaitAll + barrier.
-__device__ __forceinline__ void asyncLoadStateSlice(float* dst, int ld, const float* src,
-                                                    int64_t row_stride) {
-  constexpr int kVecPerRow = kSlice / 4;
-  for (int i = threadIdx.x; i < kSlice * kVecPerRow; i += kThreads) {
-    const int r = i / kVecPerRow, c = (i - r * kVecPerRow) * 4;
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * ld + c));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src + r * row_stride + c)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void asyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // ---- pass 1: chunk-start states (forward) and chunk-end state gradients (reverse) -------------
 struct ScanSmem {
@@ -255,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) diagStateScanKernel(const DiagBwdPar
   const int H = p.heads, dv = p.value_dim, v0 = vb * kSlice, c0 = ks * kSlice;
   const bool excl = p.exclusive != 0;
   int64_t bos, len, coff;
-  seqInfo(p, n, bos, len, coff);
+  seqInfo<kC>(p, n, bos, len, coff);
   const T* X = reverse ? p.q : p.k;
   const T* Y = reverse ? p.d_o : p.v;
   float* out = reverse ? p.dstates : p.states;
@@ -369,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
 
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;  // whole CTA, before barriers
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;  // whole CTA, before barriers
   const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, ks = blockIdx.z, c0 = ks * kSlice;
   const int H = p.heads, dv = p.value_dim;
@@ -389,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
   zeroAcc(ad);
   for (int v0 = 0; v0 < dv; v0 += kSlice) {
     __syncthreads();  // previous block's reads done
-    asyncLoadStateSlice(sS, kLdA, p.states + sbase + v0, dv);  // overlaps the loads below
-    asyncLoadStateSlice(sdS, kLdA, p.dstates + sbase + v0, dv);
+    asyncLoadSquare<kThreads, kSlice>(sS, kLdA, p.states + sbase + v0, dv);  // overlaps the loads below
+    asyncLoadSquare<kThreads, kSlice>(sdS, kLdA, p.dstates + sbase + v0, dv);
     loadRowsToShared<T>(sdO, kLdA, p.d_o + (tok0 * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
     loadRowsToShared<T>(sV, kLdA, p.v + (tok0 * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
     asyncWaitAll();
@@ -532,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<
 
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, v0 = blockIdx.z * kSlice;
   const int H = p.heads, dv = p.value_dim;
@@ -561,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<
 
   for (int c0 = 0; c0 < DK; c0 += kSlice) {
     __syncthreads();  // previous slice's reads done
-    asyncLoadStateSlice(sdS, kLdB, p.dstates + sbase + int64_t(c0) * dv, dv);
+    asyncLoadSquare<kThreads, kSlice>(sdS, kLdB, p.dstates + sbase + int64_t(c0) * dv, dv);
     loadRowsToShared<T>(sQ, kLdA, p.q + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     loadRowsToShared<T>(sK, kLdA, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     loadRowsToShared<float>(sB, kLdA, p.g + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
@@ -631,7 +578,7 @@ template <typename T, int DK>
 __global__ void __launch_bounds__(DK) diagDgKernel(const DiagBwdParams<T> p) {
   int n;
   int64_t bos, len, chunk, coff;
-  if (!slotToChunk(p, blockIdx.x, n, bos, len, chunk, coff)) return;
+  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
   const int c = threadIdx.x, h = blockIdx.y, H = p.heads;
   double carry = 0.0;
   if (p.ht_dot) {
