@@ -1,4 +1,4 @@
-// c10d process group from the environment, bucketed gradient averaging, sharded data, local launch.
+// c10d process group from the environment, broadcast, sharded data, local launch.
 #include "distributed/distributed.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -123,52 +123,6 @@ void broadcastParameters(torch::nn::Module& module, const DistContext& ctx) {
   }
 }
 
-void allReduceGradients(torch::nn::Module& module, const DistContext& ctx, int64_t bucketBytes) {
-  if (ctx.worldSize == 1)
-    return;
-  torch::NoGradGuard noGrad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : module.parameters())
-    if (p.requires_grad() && p.grad().defined())
-      grads.push_back(p.grad());
-
-  const double scale = 1.0 / static_cast<double>(ctx.worldSize);
-  auto flush = [&](std::vector<torch::Tensor>& bucket) {
-    if (bucket.empty())
-      return;
-    std::vector<torch::Tensor> flat;
-    for (const auto& g : bucket)
-      flat.push_back(g.reshape({-1}));
-    std::vector<at::Tensor> buffer{torch::cat(flat)};
-    wait(ctx.pg->allreduce(buffer));
-    buffer[0].mul_(scale);
-    int64_t offset = 0;
-    for (auto& g : bucket) {
-      const int64_t n = g.numel();
-      g.copy_(buffer[0].slice(0, offset, offset + n).view_as(g));
-      offset += n;
-    }
-    bucket.clear();
-  };
-
-  // Buckets in parameter order, split where the dtype or device changes or the size would pass
-  // bucketBytes; every rank builds the same buckets from the same parameter list.
-  std::vector<torch::Tensor> bucket;
-  int64_t bytes = 0;
-  for (const auto& g : grads) {
-    const int64_t size = g.numel() * static_cast<int64_t>(g.element_size());
-    const bool compatible = bucket.empty() ||
-                            (bucket.front().scalar_type() == g.scalar_type() && bucket.front().device() == g.device());
-    if (!compatible || (!bucket.empty() && bytes + size > bucketBytes)) {
-      flush(bucket);
-      bytes = 0;
-    }
-    bucket.push_back(g);
-    bytes += size;
-  }
-  flush(bucket);
-}
-
 void allReduceMean(torch::Tensor& tensor, const DistContext& ctx) {
   if (ctx.worldSize == 1)
     return;
@@ -183,14 +137,6 @@ void allReduceMean(torch::Tensor& tensor, const DistContext& ctx) {
 void barrier(const DistContext& ctx) {
   if (ctx.worldSize > 1)
     wait(ctx.pg->barrier());
-}
-
-std::function<void(torch::Tensor&)> gradientAveragingHook(std::shared_ptr<torch::nn::Module> module,
-                                                          DistContext ctx, int64_t bucketBytes) {
-  return [module = std::move(module), ctx = std::move(ctx), bucketBytes](torch::Tensor& shared) {
-    allReduceGradients(*module, ctx, bucketBytes);
-    allReduceMean(shared, ctx);
-  };
 }
 
 ShardedStream::ShardedStream(data::TokenStream& inner, int rank, int worldSize)

@@ -1,8 +1,8 @@
 // Data-parallel training through LibTorch's c10d (DESIGN.md section 5): a process group from a
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) over a
 // c10d::TCPStore (rank 0 hosts it); Gloo on CPU, NCCL on CUDA (only when built with
-// LINAC_HAVE_CUDA). Gradients are averaged in flat buckets after backward (one allreduce per
-// bucket, no overlap with backward); initial parameters and buffers are broadcast from rank 0.
+// LINAC_HAVE_CUDA). Gradients are averaged in flat buckets whose allreduces overlap with backward
+// (grad_reducer.h); initial parameters and buffers are broadcast from rank 0.
 // ShardedStream gives each rank a disjoint slice of every global batch; launchLocalWorkers
 // spawns N local ranks of the running executable (`linac train --nproc N`).
 #pragma once
@@ -46,21 +46,10 @@ DistContext initFromEnvironment(const torch::Device& device);
 /// Copies rank 0's parameters and buffers into every other rank (in place).
 void broadcastParameters(torch::nn::Module& module, const DistContext& ctx);
 
-/// Averages the gradients of `module`'s parameters across ranks: gradients are packed into flat
-/// buffers of at most `bucketBytes` (same dtype and device per bucket, in parameter order), one
-/// allreduce (sum) per bucket, divided by the world size and copied back. Parameters without a
-/// gradient are skipped; every rank must have the same set (true for one model on same-shaped data).
-void allReduceGradients(torch::nn::Module& module, const DistContext& ctx, int64_t bucketBytes = 25 << 20);
-
 /// Averages a tensor across ranks in place (e.g. the step's loss, for logging).
 void allReduceMean(torch::Tensor& tensor, const DistContext& ctx);
 
 void barrier(const DistContext& ctx);
-
-/// The trainer's TrainHooks::afterBackward for data parallelism: allReduceGradients(module) then
-/// allReduceMean(shared) (the step's [loss sum, stop flag]). Holds the module and ctx by value.
-std::function<void(torch::Tensor&)> gradientAveragingHook(std::shared_ptr<torch::nn::Module> module,
-                                                          DistContext ctx, int64_t bucketBytes = 25 << 20);
 
 /// Each rank's disjoint slice of every global batch: next(b) pulls worldSize * b rows from the
 /// underlying stream and returns rows [rank * b, (rank + 1) * b). position()/seek() are the

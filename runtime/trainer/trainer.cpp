@@ -178,6 +178,8 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
     // loses the small probabilities the gradient depends on.
     torch::Tensor loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
+    if (hooks_.beforeBackward)
+      hooks_.beforeBackward(micro + 1 == config_.accumulation);
     (loss / static_cast<double>(config_.accumulation)).backward();
     lossSum += loss.detach().to(torch::kFloat64);
     microInputs.push_back(inputs);

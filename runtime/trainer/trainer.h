@@ -128,6 +128,10 @@ struct TrainHooks {
   /// hook averages the gradients and `shared` (in place) across ranks, so clipping, the optimizer
   /// and the logged loss see global values and every rank stops (Ctrl-C) at the same step.
   std::function<void(torch::Tensor& shared)> afterBackward;
+  /// Data-parallel training with communication overlapped with backward: called just before each
+  /// micro-batch's backward, with whether it is the step's last one (the gradient hooks start
+  /// averaging buckets during that backward only; afterBackward then completes the averaging).
+  std::function<void(bool lastMicroBatch)> beforeBackward;
   /// False on every rank but 0 of a distributed run: that rank writes no metrics, progress lines,
   /// config.json or checkpoints, and skips evaluation (all ranks still load a checkpoint on resume).
   bool isLoggingRank = true;

@@ -13,6 +13,7 @@
 #include "trainer/trainer.h"
 #ifdef LINAC_HAVE_DISTRIBUTED  // data parallel (runtime/distributed): --nproc, torchrun env
 #include "distributed/distributed.h"
+#include "distributed/grad_reducer.h"
 #endif
 
 #include <torch/torch.h>
@@ -79,7 +80,7 @@ int runTrain(int argc, char** argv) {
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "log-every", "checkpoint-every",
                          "specs-dir", "nproc", "task", "mqar-pairs"},
-                        {"resume"});
+                        {"resume", "no-overlap"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
   const int64_t nproc = args.getInt("nproc", 1);
@@ -167,7 +168,8 @@ int runTrain(int argc, char** argv) {
   if (dist) {
     distributed::broadcastParameters(*lm, *dist);
     std::cout << "data parallel: " << dist->worldSize << " ranks x batch " << tc.batch << " = global batch "
-              << dist->worldSize * tc.batch << " (x accumulation " << tc.accumulation << ")\n";
+              << dist->worldSize * tc.batch << " (x accumulation " << tc.accumulation << "), gradient allreduce "
+              << (args.has("no-overlap") ? "after backward (--no-overlap)" : "overlapped with backward") << "\n";
   }
 #endif
   std::cout << "linac train " << mc.linear.name << " | schedule " << mc.schedule.text << " | preset "
@@ -233,7 +235,12 @@ int runTrain(int argc, char** argv) {
   if (dist) {  // each rank its slice of every global batch; gradients averaged before clipping
     sharded = std::make_unique<distributed::ShardedStream>(*stream, dist->rank, dist->worldSize);
     trainStream = sharded.get();
-    hooks.afterBackward = distributed::gradientAveragingHook(lm.ptr(), *dist);
+    // Bucket allreduces overlap with the last micro-batch's backward unless --no-overlap.
+    distributed::GradSyncOptions sync;
+    sync.overlap = !args.has("no-overlap");
+    auto gradSync = distributed::gradientAveragingHooks(lm.ptr(), *dist, sync);
+    hooks.beforeBackward = std::move(gradSync.beforeBackward);
+    hooks.afterBackward = std::move(gradSync.afterBackward);
     hooks.isLoggingRank = dist->isMaster();
   }
 #endif

@@ -23,6 +23,7 @@ void printUsage(std::ostream& os) {
         "                       fwd, fwd+bwd and decode-step medians with the memory floor\n"
         "  train SPEC [--schedule 3:1] [--preset tiny|340m|1.3b] [--data PATH] [--steps N] [--out DIR]\n"
         "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda] [--nproc N]\n"
+        "             [--no-overlap] [--task lm|mqar] [--mqar-pairs N]\n"
         "                       build the hybrid model and train it (embedded corpus by default)\n"
         "  eval CHECKPOINT [--tasks ppl,mqar] [--data PATH] [--mqar-pairs 2,4,8]\n"
         "                       held-out perplexity and MQAR recall of a trained model\n"

@@ -1,9 +1,12 @@
 // Data-parallel training over c10d Gloo: 2 ranks x batch b must follow the same loss curve as
-// 1 rank x batch 2b. The binary is its own worker: with LINAC_DIST_TEST_WORKER set (by
+// 1 rank x batch 2b; the gradient allreduce overlapped with backward must give bitwise the same
+// training as the one after backward (--no-overlap), with gradient accumulation and with
+// parameters that some or all ranks leave unused. The binary is its own worker: with LINAC_DIST_TEST_WORKER set (by
 // launchLocalWorkers, which also sets RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT) it
 // trains one rank and writes its losses; otherwise it runs the GoogleTest suite, which spawns
 // the workers and trains the single-rank reference in-process.
 #include "distributed/distributed.h"
+#include "distributed/grad_reducer.h"
 #include "trainer/trainer.h"
 
 #include <gtest/gtest.h>
@@ -35,23 +38,34 @@ constexpr int64_t kSeqLen = 16;
 constexpr int64_t kRankBatch = 3;
 constexpr int64_t kSteps = 5;
 
-// A tiny real LM: embedding, a GELU MLP, untied output projection.
+// A tiny real LM: embedding, a GELU MLP, untied output projection. With `extras`, two more
+// parameters (no random initialization, so the others are initialized as without): `never`, used
+// by no forward, and `someRanks`, used only when `useSomeRanks` is set (on one rank of two).
 struct TinyLMImpl : torch::nn::Module {
-  TinyLMImpl()
+  explicit TinyLMImpl(bool extras = false)
       : emb(register_module("emb", torch::nn::Embedding(kVocab, 16))),
         up(register_module("up", torch::nn::Linear(16, 64))),
         down(register_module("down", torch::nn::Linear(64, 16))),
         gain(register_parameter("gain", torch::ones({16}))),
-        out(register_module("out", torch::nn::Linear(16, kVocab))) {}
+        out(register_module("out", torch::nn::Linear(16, kVocab))) {
+    if (extras) {
+      never = register_parameter("never", torch::full({8}, 0.5));
+      someRanks = register_parameter("some_ranks", torch::ones({16}));
+    }
+  }
   torch::Tensor forward(const torch::Tensor& tokens) {
     torch::Tensor h = emb->forward(tokens);
     h = h + down->forward(torch::gelu(up->forward(h)));
+    if (someRanks.defined() && useSomeRanks)
+      h = h * someRanks;
     return out->forward(h * gain);
   }
   torch::nn::Embedding emb;
   torch::nn::Linear up, down;
   torch::Tensor gain;
   torch::nn::Linear out;
+  torch::Tensor never, someRanks;
+  bool useSomeRanks = false;
 };
 TORCH_MODULE(TinyLM);
 
@@ -68,16 +82,27 @@ std::vector<int64_t> corpus() {
 struct RunResult {
   std::vector<double> loss, gradNorm;
   double checksum = 0;
+  double neverSum = 0;  // extras: the unused parameter's sum (it must keep its initial 4)
+  distributed::GradSyncStats sync;
+  size_t buckets = 0;
+};
+
+struct RunOptions {
+  int64_t bucketBytes = 0;
+  bool overlap = true;
+  int64_t accumulation = 2;
+  bool extras = false;     // TinyLM's unused parameters; `some_ranks` is used on rank 1 only
+  int64_t stopAtStep = 0;  // > 0: rank 1 alone calls requestStop() after that step (all ranks stop after the next)
 };
 
 // Trains kSteps steps; ctx == nullptr is the single-rank reference with `batch` rows per micro-batch.
-// stopAtStep > 0: rank 1 alone calls requestStop() after that step (all ranks must stop after the next).
-RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::string& outDir, int64_t bucketBytes,
-                int64_t stopAtStep = 0) {
+RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::string& outDir,
+                const RunOptions& options) {
   torch::set_num_threads(1);
   // Different initial weights per rank: broadcastParameters must make them rank 0's.
   torch::manual_seed(ctx ? 7 + 1000 * uint64_t(ctx->rank) : 7);
-  TinyLM model;
+  TinyLM model(options.extras);
+  model->useSomeRanks = ctx && ctx->rank == 1;
   if (ctx)
     distributed::broadcastParameters(*model, *ctx);
   auto base = data::makePackedStream(corpus(), kSeqLen, /*seed=*/3);
@@ -89,7 +114,7 @@ RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::s
   trainer::TrainConfig tc;
   tc.steps = kSteps;
   tc.batch = batch;
-  tc.accumulation = 2;
+  tc.accumulation = options.accumulation;
   tc.seqLen = kSeqLen;
   tc.lr = 1e-2;
   tc.warmupSteps = 2;
@@ -103,11 +128,15 @@ RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::s
   hooks.onStep = [&](const trainer::StepStats& s) {
     result.loss.push_back(s.loss);
     result.gradNorm.push_back(s.gradNorm);
-    if (ctx && ctx->rank == 1 && s.step == stopAtStep)
+    if (ctx && ctx->rank == 1 && s.step == options.stopAtStep)
       self->requestStop();
   };
+  std::shared_ptr<distributed::GradientReducer> reducer;
   if (ctx) {
-    hooks.afterBackward = distributed::gradientAveragingHook(model.ptr(), *ctx, bucketBytes);
+    auto sync = distributed::gradientAveragingHooks(
+        model.ptr(), *ctx, distributed::GradSyncOptions{options.bucketBytes, options.overlap}, &reducer);
+    hooks.beforeBackward = sync.beforeBackward;
+    hooks.afterBackward = sync.afterBackward;
     hooks.isLoggingRank = ctx->rank == 0;
   }
   trainer::Trainer t(tc, model.ptr(), [&](const torch::Tensor& x) { return model->forward(x); }, stream, {},
@@ -115,7 +144,13 @@ RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::s
   self = &t;
   t.setProgressStream(nullptr);
   t.run();
+  if (reducer) {
+    result.sync = reducer->stats();
+    result.buckets = reducer->bucketCount();
+  }
   torch::NoGradGuard ng;
+  if (model->never.defined())
+    result.neverSum = model->never.sum().item<double>();
   for (const auto& p : model->parameters())
     result.checksum += (p.to(torch::kFloat64) * torch::arange(p.numel(), torch::kFloat64).view_as(p).add(1))
                            .sum()
@@ -123,22 +158,52 @@ RunResult train(const distributed::DistContext* ctx, int64_t batch, const std::s
   return result;
 }
 
+bool writeRank(const std::string& path, const RunResult& r) {
+  std::ofstream f(path);
+  f.precision(17);
+  for (size_t i = 0; i < r.loss.size(); ++i)
+    f << r.loss[i] << " " << r.gradNorm[i] << "\n";
+  f << "checksum " << r.checksum << "\n";
+  f << "never " << r.neverSum << "\n";
+  f << "sync " << r.sync.cycles << " " << r.sync.launchedInBackward << " " << r.sync.launchedAfterBackward << " "
+    << r.buckets << "\n";
+  return bool(f);
+}
+
+std::string envOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+// Modes: train / stop (one run, overlap as LINAC_DIST_TEST_OVERLAP says, default on), compare /
+// unused (two runs in one process, overlapped then not, written to rankN-overlap.txt and
+// rankN-plain.txt; unused adds TinyLM's extras), fail (rank 1 exits 3).
 int workerMain() {
-  alarm(90);  // bounded whatever happens to the other rank
+  alarm(90);  // bounded whatever happens to the other rank (a hang fails the test, not ctest)
   const std::string mode = std::getenv("LINAC_DIST_TEST_WORKER");
   auto ctx = distributed::initFromEnvironment(torch::kCPU);
   if (mode == "fail")
     return ctx.rank == 1 ? 3 : 0;
   const std::string out = std::getenv("LINAC_DIST_TEST_OUT");
-  const int64_t bucket = std::atoll(std::getenv("LINAC_DIST_TEST_BUCKET"));
-  RunResult r = train(&ctx, kRankBatch, out + "/run", bucket, mode == "stop" ? 2 : 0);
-  std::ofstream f(out + "/rank" + std::to_string(ctx.rank) + ".txt");
-  f.precision(17);
-  for (size_t i = 0; i < r.loss.size(); ++i)
-    f << r.loss[i] << " " << r.gradNorm[i] << "\n";
-  f << "checksum " << r.checksum << "\n";
+  const std::string rank = std::to_string(ctx.rank);
+  RunOptions options;
+  options.bucketBytes = std::atoll(envOr("LINAC_DIST_TEST_BUCKET", "0").c_str());
+  options.accumulation = std::atoll(envOr("LINAC_DIST_TEST_ACCUMULATION", "2").c_str());
+  bool ok = true;
+  if (mode == "compare" || mode == "unused") {
+    options.extras = mode == "unused";
+    for (bool overlap : {true, false}) {
+      options.overlap = overlap;
+      const std::string name = overlap ? "overlap" : "plain";
+      ok = ok && writeRank(out + "/rank" + rank + "-" + name + ".txt", train(&ctx, kRankBatch, out + "/" + name, options));
+    }
+  } else {
+    options.overlap = envOr("LINAC_DIST_TEST_OVERLAP", "1") == "1";
+    options.stopAtStep = mode == "stop" ? 2 : 0;
+    ok = writeRank(out + "/rank" + rank + ".txt", train(&ctx, kRankBatch, out + "/run", options));
+  }
   distributed::barrier(ctx);
-  return f ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 RunResult readRank(const std::string& path) {
@@ -147,9 +212,13 @@ RunResult readRank(const std::string& path) {
   std::string line;
   while (std::getline(f, line)) {
     std::istringstream s(line);
+    std::string w;
     if (line.rfind("checksum", 0) == 0) {
-      std::string w;
       s >> w >> r.checksum;
+    } else if (line.rfind("never", 0) == 0) {
+      s >> w >> r.neverSum;
+    } else if (line.rfind("sync", 0) == 0) {
+      s >> w >> r.sync.cycles >> r.sync.launchedInBackward >> r.sync.launchedAfterBackward >> r.buckets;
     } else {
       double l, g;
       s >> l >> g;
@@ -215,7 +284,7 @@ TEST(Distributed, TwoRanksMatchOneRankWithTheGlobalBatch) {
        {"LINAC_DIST_TEST_BUCKET", "1024"}, {"LINAC_DIST_TIMEOUT_S", "60"}, {"OMP_NUM_THREADS", "1"}});
   ASSERT_EQ(rc, 0);
   RunResult r0 = readRank((dir / "rank0.txt").string()), r1 = readRank((dir / "rank1.txt").string());
-  RunResult ref = train(nullptr, 2 * kRankBatch, (dir / "reference").string(), 0);
+  RunResult ref = train(nullptr, 2 * kRankBatch, (dir / "reference").string(), RunOptions{});
 
   ASSERT_EQ(r0.loss.size(), size_t(kSteps));
   ASSERT_EQ(r1.loss.size(), size_t(kSteps));
@@ -239,6 +308,67 @@ TEST(Distributed, TwoRanksMatchOneRankWithTheGlobalBatch) {
     lines += l.find("\"step\"") != std::string::npos;
   EXPECT_EQ(lines, kSteps);
   EXPECT_TRUE(pathExists(dir / "run" / "latest"));
+  // The allreduces overlapped with backward: some buckets started from the gradient hooks, and
+  // each bucket was launched exactly once a step (none for the first micro-batch of a step).
+  EXPECT_EQ(r0.sync.cycles, kSteps);
+  EXPECT_GT(r0.sync.launchedInBackward, 0);
+  EXPECT_EQ(r0.sync.launchedInBackward + r0.sync.launchedAfterBackward, kSteps * int64_t(r0.buckets));
+  removeTree(dir);
+}
+
+// Overlapped vs after-backward allreduce, each run on the same 2 ranks: bitwise the same training.
+void expectSameTraining(const RunResult& overlap, const RunResult& plain) {
+  ASSERT_EQ(overlap.loss.size(), size_t(kSteps));
+  ASSERT_EQ(plain.loss.size(), size_t(kSteps));
+  for (size_t i = 0; i < size_t(kSteps); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(overlap.loss[i], plain.loss[i]);
+    EXPECT_EQ(overlap.gradNorm[i], plain.gradNorm[i]);
+  }
+  EXPECT_EQ(overlap.checksum, plain.checksum);
+  EXPECT_EQ(overlap.buckets, plain.buckets);
+  EXPECT_EQ(plain.sync.launchedInBackward, 0);
+  EXPECT_EQ(plain.sync.launchedAfterBackward, kSteps * int64_t(plain.buckets));
+  EXPECT_EQ(overlap.sync.launchedInBackward + overlap.sync.launchedAfterBackward, kSteps * int64_t(overlap.buckets));
+}
+
+TEST(Distributed, OverlappedAllreduceMatchesAllreduceAfterBackwardWithAccumulation) {
+  const fs::path dir = tempDir("overlap");
+  int rc = distributed::launchLocalWorkers(
+      2, {gArgv0},
+      {{"LINAC_DIST_TEST_WORKER", "compare"}, {"LINAC_DIST_TEST_OUT", dir.string()},
+       {"LINAC_DIST_TEST_BUCKET", "1024"}, {"LINAC_DIST_TEST_ACCUMULATION", "3"}, {"LINAC_DIST_TIMEOUT_S", "60"},
+       {"OMP_NUM_THREADS", "1"}});
+  ASSERT_EQ(rc, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    RunResult overlap = readRank((dir / ("rank" + std::to_string(rank) + "-overlap.txt")).string());
+    RunResult plain = readRank((dir / ("rank" + std::to_string(rank) + "-plain.txt")).string());
+    expectSameTraining(overlap, plain);
+    EXPECT_GT(overlap.sync.launchedInBackward, 0);
+    EXPECT_GT(overlap.buckets, 2u);
+  }
+  removeTree(dir);
+}
+
+TEST(Distributed, UnusedParametersDoNotHangAndKeepRanksInStep) {
+  const fs::path dir = tempDir("unused");
+  // `never` is used by no rank, `some_ranks` by rank 1 only. A hang would end in the workers'
+  // alarm (90 s) or the collectives' timeout (30 s), i.e. a failing rc, not a stuck test.
+  int rc = distributed::launchLocalWorkers(
+      2, {gArgv0},
+      {{"LINAC_DIST_TEST_WORKER", "unused"}, {"LINAC_DIST_TEST_OUT", dir.string()},
+       {"LINAC_DIST_TEST_BUCKET", "1024"}, {"LINAC_DIST_TEST_ACCUMULATION", "2"}, {"LINAC_DIST_TIMEOUT_S", "30"},
+       {"OMP_NUM_THREADS", "1"}});
+  ASSERT_EQ(rc, 0);
+  RunResult o0 = readRank((dir / "rank0-overlap.txt").string()), o1 = readRank((dir / "rank1-overlap.txt").string());
+  RunResult p0 = readRank((dir / "rank0-plain.txt").string()), p1 = readRank((dir / "rank1-plain.txt").string());
+  expectSameTraining(o0, p0);
+  expectSameTraining(o1, p1);
+  EXPECT_EQ(o0.checksum, o1.checksum);  // rank 0 got rank 1's averaged `some_ranks` gradient
+  EXPECT_EQ(o0.neverSum, 4.0);          // no gradient anywhere: the optimizer never touched it
+  EXPECT_EQ(o1.neverSum, 4.0);
+  EXPECT_EQ(p0.neverSum, 4.0);
   removeTree(dir);
 }
 
