@@ -104,26 +104,6 @@ __device__ __forceinline__ float decayAt(const P& p, int64_t tok, int h) {
   return 0.f;
 }
 
-/// Warp-wide inclusive cumsum of a chunk's log-decays: lane holds g of tokens lane and lane + 32;
-/// returns b of those tokens and b_C (the chunk total). In double: with strong gates b reaches
-/// -1000 within a chunk, where an fp32 b_t - b_s would carry ~3e-5 absolute (so relative, after
-/// exp) error; differences are taken in double and only then rounded to fp32 for exp.
-__device__ __forceinline__ void chunkCumsum(float g0, float g1, double& b0, double& b1,
-                                            double& blast) {
-  const int lane = threadIdx.x & 31;
-  double x0 = g0, x1 = g1;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const double y0 = __shfl_up_sync(0xffffffffu, x0, off);
-    const double y1 = __shfl_up_sync(0xffffffffu, x1, off);
-    if (lane >= off) { x0 += y0; x1 += y1; }
-  }
-  const double tot0 = __shfl_sync(0xffffffffu, x0, 31);
-  b0 = x0;
-  b1 = x1 + tot0;
-  blast = __shfl_sync(0xffffffffu, b1, 31);
-}
-
 /// Warp 0 writes b_t (t < C) of the chunk starting at global token tok0 with lc valid tokens.
 template <typename P>
 __device__ __forceinline__ void loadChunkDecay(const P& p, double* sB, int64_t tok0, int lc, int h) {

@@ -39,7 +39,9 @@
 //                   (Kd + intra parts, workspace), dW (overwrites W), db partials and Z partials.
 //   5 wyBwdKernel   (chunk, head): dTm, dv (final), dL, dM, dk (final), dbeta, dg (final).
 // Numerics: products on tensor cores with fp32 accumulation; states, W, U, D, dD, X in fp32
-// workspaces; X by fp32 forward substitution. All products use 3xTF32 (~fp32 accuracy): dg and
+// workspaces; X by fp32 forward substitution. The in-chunk cumsum b and its differences are double
+// (chunkCumsum; with gates clamped at -20 an fp32 b_t - b_s failed dv, dg and dbeta at ~1.05e-5),
+// exp in fp32; dg's in-chunk reverse cumsum is double. All products use 3xTF32 (~fp32 accuracy): dg and
 // dbeta are sums of differences of large terms (and dg a cumsum of them), and 1xTF32 operands
 // (11-bit mantissa) could cost ~1e-3 relative error there (the additive path's host emulation
 // found 1.7e-3 for a tf32 dg); a 1xTF32 instantiation (Precise = false) is a candidate when
@@ -111,33 +113,33 @@ struct DeltaBwdParams {
   int decay;               // DecayClass (None or Scalar)
 };
 
-/// Loads the chunk's per-token scalars (warp 0 cumsums the log-decays; threads t < C read beta):
-/// sB[t] = b_t, sEb[t] = exp(b_t), sEc[t] = exp(b_C - b_t), sBeta[t] (any may be null). The caller
-/// synchronizes before use.
+/// Loads the chunk's per-token scalars (warp 0 cumsums the log-decays, in double; threads t < C
+/// read beta): sB[t] = b_t (double: with gates clamped at -20, b reaches -1280 in a chunk, where an
+/// fp32 b_t - b_s would carry ~1e-4 absolute error into exp), sEb[t] = exp(b_t), sEc[t] =
+/// exp(b_C - b_t), sBeta[t] (any may be null). The caller synchronizes before use.
 template <bool Precise, typename P>
-__device__ __forceinline__ void loadChunkScalars(const P& p, int64_t tok0, int lc, int h, float* sB,
+__device__ __forceinline__ void loadChunkScalars(const P& p, int64_t tok0, int lc, int h, double* sB,
                                                  float* sEb, float* sEc, float* sBeta) {
   const int tid = threadIdx.x, lane = tid & 31;
   if (sBeta && tid < kC) sBeta[tid] = tid < lc ? p.beta[(tok0 + tid) * p.heads + h] : 0.f;
   if ((tid >> 5) != 0) return;
   const bool sc = p.decay == int(DecayClass::Scalar);
-  float g0 = (sc && lane < lc) ? p.g[(tok0 + lane) * p.heads + h] : 0.f;
-  float g1 = (sc && lane + 32 < lc) ? p.g[(tok0 + lane + 32) * p.heads + h] : 0.f;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const float y0 = __shfl_up_sync(0xffffffffu, g0, off);
-    const float y1 = __shfl_up_sync(0xffffffffu, g1, off);
-    if (lane >= off) { g0 += y0; g1 += y1; }
-  }
-  const float tot0 = __shfl_sync(0xffffffffu, g0, 31);
-  const float b0 = g0, b1 = g1 + tot0;
-  const float blast = __shfl_sync(0xffffffffu, b1, 31);
+  const float g0 = (sc && lane < lc) ? p.g[(tok0 + lane) * p.heads + h] : 0.f;
+  const float g1 = (sc && lane + 32 < lc) ? p.g[(tok0 + lane + 32) * p.heads + h] : 0.f;
+  double b0, b1, blast;
+  chunkCumsum(g0, g1, b0, b1, blast);
   if (sB) { sB[lane] = b0; sB[lane + 32] = b1; }
-  if (sEb) { sEb[lane] = fastExp<Precise>(b0); sEb[lane + 32] = fastExp<Precise>(b1); }
+  if (sEb) { sEb[lane] = fastExp<Precise>(float(b0)); sEb[lane + 32] = fastExp<Precise>(float(b1)); }
   if (sEc) {
-    sEc[lane] = fastExp<Precise>(blast - b0);
-    sEc[lane + 32] = fastExp<Precise>(blast - b1);
+    sEc[lane] = fastExp<Precise>(float(blast - b0));
+    sEc[lane + 32] = fastExp<Precise>(float(blast - b1));
   }
+}
+
+/// exp(b_t - b_s) from the chunk's double cumsum (the difference is taken before rounding).
+template <bool Precise>
+__device__ __forceinline__ float decayRatio(const double* sB, int t, int s) {
+  return fastExp<Precise>(float(sB[t] - sB[s]));
 }
 
 /// Starts asynchronous copies of `rows x cols` fp32 elements (global row stride `stride`, 16-byte
@@ -189,8 +191,8 @@ struct PrepSmem {
   static constexpr int LT = P1 + kC * kLdB;    // [C, kLdA] L transposed: LT[s][t] = L[t][s]
   static constexpr int At = LT + kC * kLdA;    // [C, kLdA] A'^T: At[s][t] = scale A[t][s]
   static constexpr int Xm = At + kC * kLdA;    // [C, kLdA] X
-  static constexpr int Bc = Xm + kC * kLdA;    // [C] b
-  static constexpr int Eb = Bc + kC;           // [C] exp(b)
+  static constexpr int Bc = Xm + kC * kLdA;    // [C] b (doubles)
+  static constexpr int Eb = Bc + 2 * kC;       // [C] exp(b)
   static constexpr int Beta = Eb + kC;         // [C] beta
   static constexpr int total = Beta + kC;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
   float* sLT = smem + L::LT;
   float* sAt = smem + L::At;
   float* sX = smem + L::Xm;
-  float* sB = smem + L::Bc;
+  double* sB = reinterpret_cast<double*>(smem + L::Bc);
   float* sEb = smem + L::Eb;
   float* sBeta = smem + L::Beta;
 
@@ -239,10 +241,10 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     }
   }
   forEachAcc(ag, m0, n0, [&](int t, int s, float& x) {
-    sLT[s * kLdA + t] = s < t ? sBeta[t] * x * fastExp<Precise>(sB[t] - sB[s]) : 0.f;
+    sLT[s * kLdA + t] = s < t ? sBeta[t] * x * decayRatio<Precise>(sB, t, s) : 0.f;
   });
   forEachAcc(aa, m0, n0, [&](int t, int s, float& x) {
-    sAt[s * kLdA + t] = s <= t ? p.scale * x * fastExp<Precise>(sB[t] - sB[s]) : 0.f;
+    sAt[s * kLdA + t] = s <= t ? p.scale * x * decayRatio<Precise>(sB, t, s) : 0.f;
   });
   __syncthreads();
 
@@ -485,14 +487,15 @@ struct DqdkSmem {
   static constexpr int D = dO + kC * kLdA;    // [C, kLdA]
   static constexpr int dD = D + kC * kLdA;    // [C, kLdA]
   static constexpr int dA = dD + kC * kLdA;   // [C, kLdA] dA' (lower incl.)
-  static constexpr int Bc = dA + kC * kLdA;   // [C] b
-  static constexpr int Eb = Bc + kC;          // [C] exp(b)
+  static constexpr int Bc = dA + kC * kLdA;   // [C] b (doubles)
+  static constexpr int Eb = Bc + 2 * kC;      // [C] exp(b)
   static constexpr int Ec = Eb + kC;          // [C] exp(b_C - b)
   static constexpr int Row = Ec + kC;         // [C] db partial rows
   static constexpr int Red = Row + kC;        // [kWarps]
   static constexpr int total = Red + kWarps;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
+static_assert(PrepSmem::Bc % 2 == 0 && DqdkSmem::Bc % 2 == 0, "the double cumsum must be 8-byte aligned");
 static_assert(DqdkSmem::dS % 4 == 0 && DqdkSmem::D % 4 == 0 && DqdkSmem::dD % 4 == 0,
               "cp.async destinations must be 16-byte aligned");
 
@@ -507,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   float* sD = smem + L::D;
   float* sdD = smem + L::dD;
   float* sdA = smem + L::dA;
-  float* sB = smem + L::Bc;
+  double* sB = reinterpret_cast<double*>(smem + L::Bc);
   float* sEb = smem + L::Eb;
   float* sEc = smem + L::Ec;
   float* sRow = smem + L::Row;
@@ -569,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   loadRowsToShared<T>(sK, kLdB, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
   const float scale = p.scale;
   forEachAcc(ada, m0, n0, [&](int t, int s, float& x) {
-    sdA[t * kLdA + s] = s <= t ? scale * x * fastExp<Precise>(sB[t] - sB[s]) : 0.f;
+    sdA[t * kLdA + s] = s <= t ? scale * x * decayRatio<Precise>(sB, t, s) : 0.f;
   });
   __syncthreads();
 
@@ -616,14 +619,15 @@ struct WySmem {
   static constexpr int G = Y + kC * kLdB;     // [C, kLdA] G = K K^T . Gam (strict lower)
   static constexpr int P0 = G + kC * kLdA;    // [C, kLdB] dD / dW
   static constexpr int P1 = P0 + kC * kLdB;   // [C, kLdB] V / K
-  static constexpr int Bc = P1 + kC * kLdB;   // [C] b
-  static constexpr int Eb = Bc + kC;          // [C] exp(b)
+  static constexpr int Bc = P1 + kC * kLdB;   // [C] b (doubles)
+  static constexpr int Eb = Bc + 2 * kC;      // [C] exp(b)
   static constexpr int Beta = Eb + kC;        // [C]
   static constexpr int Db = Beta + kC;        // [C] db
   static constexpr int Dbeta = Db + kC;       // [C] dbeta
   static constexpr int total = Dbeta + kC;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
+static_assert(WySmem::Bc % 2 == 0, "the double cumsum must be 8-byte aligned");
 static_assert(WySmem::Xm % 4 == 0 && WySmem::P0 % 4 == 0 && WySmem::P1 % 4 == 0,
               "cp.async destinations must be 16-byte aligned");
 
@@ -638,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   float* sG = smem + L::G;
   float* sP0 = smem + L::P0;
   float* sP1 = smem + L::P1;
-  float* sB = smem + L::Bc;
+  double* sB = reinterpret_cast<double*>(smem + L::Bc);
   float* sEb = smem + L::Eb;
   float* sBeta = smem + L::Beta;
   float* sDb = smem + L::Db;
@@ -706,7 +710,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   }
   forEachAcc(at, m0, n0, [&](int t, int s, float& x) { sT[t * kLdA + s] = s <= t ? x : 0.f; });
   forEachAcc(agm, m0, n0, [&](int t, int s, float& x) {
-    sG[t * kLdA + s] = s < t ? x * fastExp<Precise>(sB[t] - sB[s]) : 0.f;
+    sG[t * kLdA + s] = s < t ? x * decayRatio<Precise>(sB, t, s) : 0.f;
   });
   __syncthreads();
   // dbeta_s (through Tm = X diag(beta)) = sum_{t >= s} dTm[t][s] X[t][s]
@@ -741,7 +745,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
         if (a - m0 < 8) { rb0 += x * gv; re0 += e; }
         else { rb1 += x * gv; re1 += e; }
         if (want_db) atomicAdd(sDb + u, -e);
-        dm = x * ba * fastExp<Precise>(sB[a] - sB[u]);
+        dm = x * ba * decayRatio<Precise>(sB, a, u);
       }
       sT[a * kLdA + u] = dm;
     });
@@ -792,12 +796,11 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   __syncthreads();  // sDb, sDbeta complete
   if (p.dbeta && tid < lc) p.dbeta[(tok0 + tid) * H + h] = sDbeta[tid];
   if (want_db && tid == 0) {
-    float z = 0.f;
-    for (int s = 0; s < nks; ++s) z += p.zpart[s * (p.slots * H) + int64_t(blockIdx.x) * H + h];
-    float acc = z;
+    double acc = 0.0;  // Z, then the in-chunk reverse cumsum of db (in double: a sum of differences)
+    for (int s = 0; s < nks; ++s) acc += p.zpart[s * (p.slots * H) + int64_t(blockIdx.x) * H + h];
     for (int t = kC - 1; t >= 0; --t) {
       acc += sDb[t];
-      if (t < lc) p.dg[(tok0 + t) * H + h] = acc;
+      if (t < lc) p.dg[(tok0 + t) * H + h] = float(acc);
     }
   }
 }

@@ -1,6 +1,7 @@
 // Pieces the tensor-core chunkwise backward paths share (chunk_backward_additive.cu,
 // chunk_backward_diagonal.cu, chunk_backward_delta.cu): the chunk-slot map for packed varlen
-// batches, asynchronous fp32 tile copies into shared memory, and the fast / precise exp switch.
+// batches, asynchronous fp32 tile copies into shared memory, the in-chunk log-decay cumsum (in
+// double) and the fast / precise exp switch.
 //
 // Chunk slots: per-chunk kernels launch one CTA per chunk slot. Sequence n owns slots
 // [coff_n, coff_n + ceil(len_n / C)) with coff_n = n * ceil(T / C) for a padded batch and
@@ -71,6 +72,26 @@ __device__ __forceinline__ void asyncLoadSquare(float* dst, int ld, const float*
 
 /// Waits for this thread's outstanding cp.async copies.
 __device__ __forceinline__ void asyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/// Warp-wide inclusive cumsum of a chunk's log-decays: lane holds g of tokens lane and lane + 32;
+/// returns b of those tokens and b_C (the chunk total). In double: with strong gates b reaches
+/// -1000 within a chunk, where an fp32 b_t - b_s would carry ~3e-5 absolute (so relative, after
+/// exp) error; differences are taken in double and only then rounded to fp32 for exp.
+__device__ __forceinline__ void chunkCumsum(float g0, float g1, double& b0, double& b1,
+                                            double& blast) {
+  const int lane = threadIdx.x & 31;
+  double x0 = g0, x1 = g1;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const double y0 = __shfl_up_sync(0xffffffffu, x0, off);
+    const double y1 = __shfl_up_sync(0xffffffffu, x1, off);
+    if (lane >= off) { x0 += y0; x1 += y1; }
+  }
+  const double tot0 = __shfl_sync(0xffffffffu, x0, 31);
+  b0 = x0;
+  b1 = x1 + tot0;
+  blast = __shfl_sync(0xffffffffu, b1, 31);
+}
 
 /// exp with the hardware approximation (1xTF32 paths) or the precise libm one (3xTF32 / fp32).
 template <bool Precise>
