@@ -18,6 +18,13 @@ void compare(Report& report, const std::string& section, const std::string& what
              const std::string& setting, const torch::Tensor& x, const torch::Tensor& ref,
              double tol);
 
+/// Records one comparison of a gradient that is a total over tokens: `contributions` holds the
+/// oracle's per-token terms (leading dims B, T; `ref` is their sum over those), and the error is
+/// ||x - ref|| / max(||ref||, ||contributions||) (verify.h), with the plain rel-RMS in the note.
+void compareTotal(Report& report, const std::string& section, const std::string& what,
+                  const std::string& setting, const torch::Tensor& x, const torch::Tensor& ref,
+                  const torch::Tensor& contributions, double tol);
+
 /// The recurrence's tensors in float64 (masters) and the same values as the kernel sees them.
 struct CoreInputs {
   torch::Tensor q, k, v, g, beta, u, h0;  // float64 leaves (requires_grad)

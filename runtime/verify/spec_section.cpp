@@ -74,6 +74,18 @@ public:
     // What the expressions see: inputs marked l2norm are normalised first (both sides).
     kernelEnv_ = leaves_.kernel;
     oracleEnv_ = leaves_.oracle;
+    // Parameters are broadcast over every token, so their gradients are totals over B x T. The
+    // oracle's expressions see a per-token copy of each (same values), whose gradient holds the
+    // per-token contributions (compareTotal). Not for a fixed decay class: its role is per head.
+    if (kernels_.kind.decay != kernels::DecayClass::Fixed)
+      for (const auto& p : spec_.params) {
+        torch::Tensor leaf = leaves_.oracle.at(p.name);
+        std::vector<int64_t> shape = leaf.sizes().vec();
+        shape[0] = s_.batch;
+        shape[1] = s_.seqLen;
+        perToken_[p.name] = leaf.detach().expand(shape).clone().requires_grad_(true);
+        oracleEnv_[p.name] = perToken_[p.name];
+      }
     for (const auto& in : spec_.inputs)
       if (in.l2norm) {
         kernelEnv_[in.name] = unitRows(kernelEnv_[in.name]);
@@ -103,13 +115,18 @@ public:
   }
 
   const Leaves& leaves() const { return leaves_; }
+  /// The oracle's per-token copy of parameter `name` (undefined when there is none).
+  torch::Tensor perToken(const std::string& name) const {
+    auto it = perToken_.find(name);
+    return it == perToken_.end() ? torch::Tensor() : it->second;
+  }
 
 private:
   const spec::VariantSpec& spec_;
   const runtime::VariantKernels& kernels_;
   Shape s_;
   Leaves leaves_;
-  std::map<std::string, torch::Tensor> kernelEnv_, oracleEnv_;
+  std::map<std::string, torch::Tensor> kernelEnv_, oracleEnv_, perToken_;
 };
 
 }  // namespace
@@ -193,6 +210,13 @@ void specSection(Report& report, const spec::VariantSpec& spec, const runtime::V
   for (const auto& [name, leaf] : run.leaves().kernel) {
     if (!leaf.requires_grad()) continue;
     const torch::Tensor& refLeaf = run.leaves().oracle.at(name);
+    const torch::Tensor tokens = run.perToken(name);
+    if (tokens.defined() && tokens.grad().defined()) {
+      torch::Tensor total = tokens.grad().sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true);
+      if (refLeaf.grad().defined()) total = total + refLeaf.grad();  // uses outside the expressions (a bonus)
+      compareTotal(report, "spec", "d " + name, setting, leaf.grad(), total, tokens.grad(), tol);
+      continue;
+    }
     compare(report, "spec", "d " + name, setting, leaf.grad(), refLeaf.grad(), tol);
   }
   compare(report, "spec", "d h0", setting, h0Ker.grad(), h0Ref.grad(), tol);
