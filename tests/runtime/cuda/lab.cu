@@ -755,6 +755,16 @@ int main(int argc, char** argv) {
         runBwdCase(a);
         a.kind.decay = DecayClass::Fixed; a.dtype = DType::F32; a.cu = {}; a.B = 2; a.T = 80; a.dk = 128; a.dv = 64;
         runBwdCase(a);
+        // tensor-core diagonal path (chunk_backward_diagonal.cu): inclusive varlen, exclusive + bonus
+        Case d{{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 70, 1, 64, 128, {0, 30, 70}};
+        runBwdCase(d);
+        d.kind.readout = Readout::ExclusiveBonus; d.dtype = DType::F32; d.cu = {}; d.B = 2; d.T = 80; d.dk = 128; d.dv = 64;
+        runBwdCase(d);
+        // tensor-core delta path (chunk_backward_delta.cu): gated varlen, then no decay
+        Case e{{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 64, 128, {0, 30, 70}};
+        runBwdCase(e);
+        e.kind.decay = DecayClass::None; e.dtype = DType::F32; e.cu = {}; e.B = 2; e.T = 80; e.dk = 128; e.dv = 64;
+        runBwdCase(e);
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
     } else {
