@@ -72,6 +72,10 @@ def cases(B, T, H, D, dtype):
         a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["v"].transpose(1, 2), is_causal=True), inputs(B, T, H, D, dtype, None)
 
 
+# The cases whose backward runs fla's guarded chunk_bwd_dqkwg (bench/fla_guard.py).
+GUARDED = ("mamba2", "gated_deltanet")
+
+
 def warm(fn, a):
     """Compile and autotune fla's Triton kernels for this case (forward and backward), untimed."""
     try:
@@ -99,11 +103,18 @@ def main():
                         "compiles overlap the caller's build while the timings have the GPU alone)")
     p.add_argument("--go-timeout", type=float, default=600)
     p.add_argument("--only", default=None, help="run one case (e.g. gla)")
+    p.add_argument("--bypass-hopper-guard", action="store_true",
+                   help="time fla's gated backward although it refuses this Triton on Hopper (its "
+                        "results are wrong there: bench/fla_guard.py); rows say guard_bypassed")
     p.add_argument("--warm-only", action="store_true",
                    help="compile and autotune, print nothing, exit: one process per case in parallel "
                         "fills Triton's cache (TRITON_CACHE_DIR, autotune results included) for a later "
                         "timing process")
     args = p.parse_args()
+    if args.bypass_hopper_guard:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from fla_guard import bypass_hopper_guard
+        bypass_hopper_guard()
     B, T, H, D = map(int, args.shape.split(","))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     torch.manual_seed(0)
@@ -124,6 +135,8 @@ def main():
         wait_for(args.go_file, args.go_timeout)
     for name, fn, a in all_cases:
         row = dict(variant=name, backend="fla", B=B, T=T, H=H, D=D, dtype=args.dtype)
+        if args.bypass_hopper_guard and name in GUARDED:
+            row["guard_bypassed"] = True
         try:
             row["fwd_ms"] = triton.testing.do_bench(lambda: fn(a), warmup=25, rep=200, return_mode="median")
         except Exception as e:  # report, never hide

@@ -133,7 +133,13 @@ def main():
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (Triton compiles, autotuning)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--bypass-hopper-guard", action="store_true",
+                   help="run fla's gated backward although it refuses this Triton on Hopper (wrong "
+                        "results there, bench/fla_guard.py): for timing only")
     args = p.parse_args()
+    if args.bypass_hopper_guard:
+        from fla_guard import bypass_hopper_guard
+        bypass_hopper_guard()
 
     torch.manual_seed(0)
     dev = "cuda"
@@ -142,6 +148,8 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     row = dict(backend="fla-layers", variant=args.variant, schedule=f"{args.ratio}:1", layers=args.layers,
                hidden=args.hidden, vocab=args.vocab, batch=args.batch, seq_len=args.seq_len, params=params)
+    if args.bypass_hopper_guard:
+        row["guard_bypassed"] = True
     tokens_per_step = args.batch * args.seq_len
     times, losses = [], []
     try:

@@ -7,21 +7,27 @@
 #              model fills Triton's cache (kernels, and autotune results through
 #              TRITON_CACHE_AUTOTUNING=1) in parallel, untimed, while linac builds and verifies.
 #     build    linac's runtime with CUDA (no MLIR there; committed generated/), NCCL included.
-#     verify   every spec on CUDA against the float64 oracle (fp32 + bf16, all sections).
-#     sanitize the CUDA kernel lab's small cases under compute-sanitizer memcheck and racecheck.
+#     verify   the specs on CUDA against the float64 oracle (fp32 + bf16, all sections).
+#     lab      the CUDA kernel lab: its small cases under compute-sanitizer memcheck and
+#              racecheck, then the lab itself (LAB=full: every case; default quick).
 #     The autotune results and the winning kernels come back as $OUT/triton-cache.tgz: keep it as
-#     .fla/triton-cache.tgz (ignored) and carry .fla into the next call, which unpacks it when its
+#     .fla/triton-cache.tgz (ignored) and carry it into the next call, which unpacks it when its
 #     own cache is gone (a fresh machine).
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
 #              bf16, byte vocabulary on both sides). RUN_LONG=1 adds a 200-step 340m run, RUN_NCCL=1
-#              the NCCL path at world size 1.
-#     bench    `linac bench` for every variant, then fla's ops from the warm cache.
+#              the NCCL path at world size 1, RUN_TINY=1 the tiny preset on CUDA.
+#     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
-# fla's wheels must be unpacked in .fla/site. Results under $OUT (8 files at most).
+# Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
+# (default: every op), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
+# WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
+# backward despite its Hopper guard: bench/fla_guard.py), NSYS=1 (time mode: per-kernel breakdown
+# of `linac bench` for gla and deltanet under nsys). fla's wheels must be unpacked in .fla/site.
+# Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:?usage: bash bench/run_h200.sh prepare|time [seconds]}
@@ -32,6 +38,14 @@ OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 ALL=/tmp/linac-triton-all MIN=/tmp/linac-triton-min
 export TRITON_CACHE_AUTOTUNING=1 PYTHONUNBUFFERED=1
 SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
+LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
+VERIFY_SPECS=${VERIFY_SPECS:-$LINEAR_SPECS}
+BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v gated_delta_diag)}
+FLA_OPS=${FLA_OPS:-retnet mamba2 gla rwkv6 deltanet gated_deltanet hgrn sdpa}
+MODELS=${MODELS-gated_deltanet gla}
+WARM_OPS=${WARM_OPS:-$FLA_OPS}
+WARM_MODELS=${WARM_MODELS-$MODELS}
+BYPASS=(); [ "${FLA_BYPASS:-0}" = 1 ] && BYPASS=(--bypass-hopper-guard)
 start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start))); }
 # Bounded phase: run "$@" with at most min($1, time left - reserve) seconds.
@@ -46,56 +60,68 @@ build() {
   echo "build: $((SECONDS - start)) s"
 }
 
+restore_cache() {
+  if [ ! -d "$MIN" ] && [ -f .fla/triton-cache.tgz ]; then
+    tar -C / -xzf .fla/triton-cache.tgz && echo "triton cache restored"
+  fi
+}
+
 # One warm-only process per fla op and model, in parallel, against Triton cache $1; waits for all
 # of them (at most $2 seconds).
 warm_fla() {
   local cache=$1 limit=$2 pids=()
-  for v in gated_deltanet gla; do  # autotune keys are head dims and chunk sizes, not B: B=1 is enough
+  for v in $WARM_MODELS; do  # autotune keys are head dims and chunk sizes, not B: B=1 is enough
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
-      --batch 1 --seq-len 4096 --warmup 1 --steps 0 > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
+      --batch 1 --seq-len 4096 --warmup 1 --steps 0 "${BYPASS[@]}" > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
     pids+=($!)
   done
-  for c in retnet mamba2 gla rwkv6 deltanet gated_deltanet hgrn sdpa; do
+  for c in $WARM_OPS; do
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only "$c" --warm-only \
-      > "$WARM/op_$c.$(basename "$cache").out" 2>&1 &
+      "${BYPASS[@]}" > "$WARM/op_$c.$(basename "$cache").out" 2>&1 &
     pids+=($!)
   done
-  wait "${pids[@]}"
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
 }
 
 prepare() {
-  rm -rf "$ALL" "$MIN"
-  warm_fla "$ALL" 400 &
+  # With a carried cache, warm straight into it (only what it lacks compiles); else every
+  # candidate goes to ALL first and only the winners are copied to MIN below.
+  restore_cache
+  local target=$ALL
+  if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
+  warm_fla "$target" 400 &
   local warm_pid=$!
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  OUT=/tmp/linac-lab timeout 300 bash tests/runtime/cuda/run_lab.sh --quick --no-bench > /tmp/lab.log 2>&1 &
+  local lab_args=(--quick --no-bench)
+  [ "${LAB:-quick}" = full ] && lab_args=(--no-bench)
+  OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
   local lab_pid=$!
 
   : > "$OUT/verify.log"
-  for s in specs/*.yaml; do
-    n=$(basename "$s" .yaml); [ "$n" = attention ] && continue
-    phase 60 $L verify "$s" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
+  for n in $VERIFY_SPECS; do
+    phase 75 $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
     echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
     grep -E "FAIL" /tmp/verify_one.log | head -4
     cat /tmp/verify_one.log >> "$OUT/verify.log"
   done
   echo "verify done: $((SECONDS - start)) s"
   wait "$lab_pid"
-  grep -E "memcheck rc|racecheck rc|lab rc|ERROR SUMMARY|FAIL|compile failed" /tmp/lab.log | head -20
+  grep -E "memcheck rc|racecheck rc|lab rc|ERROR SUMMARY|FAIL|compile failed|build took" /tmp/lab.log | head -24
   cat /tmp/lab.log /tmp/linac-lab/sanitizer.log > "$OUT/lab.log" 2>/dev/null
 
   wait "$warm_pid"
   echo "fla warm-up done: $((SECONDS - start)) s"
   grep -hE "warmed|Error" "$WARM"/*.out | head -14
-  # The winners only: autotune results copied to MIN, then each op / model once more against MIN
-  # (no candidates benchmarked: only the chosen configs compile).
-  (cd "$ALL" && find . -name '*.autotune.json' | while read -r f; do
-     mkdir -p "$MIN/$(dirname "$f")"; cp "$f" "$MIN/$f"; done)
-  local t=$(( $(left) - 25 )); [ "$t" -gt 150 ] && t=150
-  [ "$t" -gt 10 ] && warm_fla "$MIN" "$t"
-  echo "fla winners compiled: $((SECONDS - start)) s ($(find "$MIN" -name '*.cubin' | wc -l) kernels," \
-    "$(find "$ALL" -name '*.cubin' | wc -l) compiled in all)"
+  if [ "$target" = "$ALL" ]; then
+    # The winners only: autotune results copied to MIN, then each op / model once more against
+    # MIN (no candidates benchmarked: only the chosen configs compile).
+    (cd "$ALL" && find . -name '*.autotune.json' | while read -r f; do
+       mkdir -p "$MIN/$(dirname "$f")"; cp "$f" "$MIN/$f"; done)
+    local t=$(( $(left) - 25 )); [ "$t" -gt 150 ] && t=150
+    [ "$t" -gt 10 ] && warm_fla "$MIN" "$t"
+  fi
+  echo "fla cache: $((SECONDS - start)) s ($(find "$MIN" -name '*.cubin' | wc -l) kernels kept)"
   cat "$WARM"/*.out > "$OUT/warm.log"
   tar -C / -czf "$OUT/triton-cache.tgz" --exclude='*.ptx' --exclude='*.ttir' --exclude='*.ttgir' \
     --exclude='*.llir' --exclude='*.source' "${MIN#/}"
@@ -103,23 +129,21 @@ prepare() {
 }
 
 timed() {
-  if [ ! -d "$MIN" ] && [ -f .fla/triton-cache.tgz ]; then
-    tar -C / -xzf .fla/triton-cache.tgz && echo "triton cache restored"
-  fi
+  restore_cache
   export TRITON_CACHE_DIR=$MIN
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   rm -f "$OUT"/*.jsonl /tmp/linac_bench.txt
-  for v in gated_deltanet gla; do
+  for v in $MODELS; do
     PYTHONPATH=.fla/site phase 100 python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
-      --warmup 2 --steps 4 >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
+      --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
     echo "fla model $v rc=$? ($((SECONDS - start)) s)"
   done
   local common=(--preset 340m --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 --checkpoint-every 100000)
   : > "$OUT/train.log"
-  for v in gated_deltanet gla; do
+  for v in $MODELS; do
     rm -rf "/tmp/run-$v"
-    phase 70 $L train "specs/$v.yaml" "${common[@]}" --batch 4 --seq-len 4096 --steps 7 --log-every 1 \
+    phase 70 $L train "specs/$v.yaml" "${common[@]}" --batch 4 --seq-len 4096 --steps 8 --log-every 1 \
       --out "/tmp/run-$v" > "$SUM/linac_train_$v.log" 2>&1
     echo "linac train $v rc=$? ($((SECONDS - start)) s)"; grep -E "step .*tok/s|error" "$SUM/linac_train_$v.log" | tail -2
     cp "/tmp/run-$v/metrics.jsonl" "$SUM/linac_metrics_$v.jsonl" 2>/dev/null
@@ -138,17 +162,36 @@ timed() {
     echo "nccl world size 1 rc=$?"; grep -E "data parallel|step 20/|done|error" /tmp/nccl.log | tail -3
     cat /tmp/nccl.log >> "$OUT/train.log"
   fi
+  if [ "${RUN_TINY:-0}" = 1 ]; then  # tiny preset: head dims the kernels lack run zero-padded
+    rm -rf /tmp/run-tiny
+    phase 60 $L train specs/gated_deltanet.yaml --preset tiny --schedule 3:1 --device cuda --steps 30 --log-every 10 \
+      --out /tmp/run-tiny > /tmp/tiny.log 2>&1
+    echo "tiny preset on cuda rc=$?"; grep -E "step 30/|mqar|error|nan" /tmp/tiny.log | tail -3
+    cat /tmp/tiny.log >> "$OUT/train.log"
+  fi
 
-  for s in specs/*.yaml; do
-    n=$(basename "$s" .yaml); { [ "$n" = attention ] || [ "$n" = gated_delta_diag ]; } && continue
-    phase 30 $L bench "$s" --backend cuda --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
+  for n in $BENCH_SPECS; do
+    phase 30 $L bench "specs/$n.yaml" --backend cuda --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
       || echo "bench $n failed or timed out"
   done
   echo "linac bench done: $((SECONDS - start)) s"
-  PYTHONPATH=.fla/site phase 150 python3 bench/fla_bench.py > "$OUT/fla_bench.jsonl" 2> "$WARM/fla_bench.err"
-  echo "fla ops rc=$? ($((SECONDS - start)) s)"
+  : > "$OUT/fla_bench.jsonl"
+  for c in $FLA_OPS; do
+    PYTHONPATH=.fla/site phase 40 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" >> "$OUT/fla_bench.jsonl" \
+      2>> "$WARM/fla_bench.err" || echo "fla op $c failed or timed out"
+  done
+  echo "fla ops done: $((SECONDS - start)) s"
+  if [ "${NSYS:-0}" = 1 ] && command -v nsys > /dev/null; then
+    for n in gla deltanet; do
+      phase 60 nsys profile -o "/tmp/nsys_$n" --force-overwrite true $L bench "specs/$n.yaml" --backend cuda \
+        > /dev/null 2>&1
+      nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/nsys_$n.nsys-rep" 2>/dev/null \
+        | python3 -c 'import csv,sys; r=list(csv.DictReader(sys.stdin)); [print(f"  {x[\"Time (%)\"]:>6}% {float(x[\"Med (ns)\"])/1e3:9.1f} us {x[\"Name\"][:90]}") for x in r[:8]]' \
+        | tee -a "$OUT/logs.txt"
+    done
+  fi
 
-  cat "$WARM"/*.err /tmp/linac_bench.txt > "$OUT/logs.txt" 2>/dev/null
+  cat "$WARM"/*.err /tmp/linac_bench.txt >> "$OUT/logs.txt" 2>/dev/null
   cp "$OUT/fla_train.jsonl" "$SUM/" 2>/dev/null
   python3 bench/compare.py "$OUT/linac_bench.jsonl" "$OUT/fla_bench.jsonl" | tee "$OUT/table.txt"
   python3 bench/train_summary.py "$SUM" | tee -a "$OUT/table.txt"
