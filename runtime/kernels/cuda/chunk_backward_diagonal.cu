@@ -8,7 +8,7 @@
 //   inclusive:        o_t = scale S_t^T q_t
 //   exclusive_bonus:  o_t = scale (S_{t-1}^T q_t + ((q_t * u * k_t) . 1) v_t),  u [H, dk]
 // Chunks of C = 64 tokens; in a chunk (local tokens t = 0..C-1; padded ones have q = k = v = d_o = 0
-// and g = 0) b_t = sum_{s <= t} g_s per channel (inclusive cumsum, fp32), B = b_{C-1} (= b at the
+// and g = 0) b_t = sum_{s <= t} g_s per channel (inclusive cumsum, in double), B = b_{C-1} (= b at the
 // last valid token), bq_t = b_t (inclusive) or b_{t-1} with b_{-1} = 0 (exclusive). S_c is the state
 // before chunk c, dS_{c+1} the loss gradient w.r.t. the state after it (terms of later chunks and
 // d_ht). Every key row of the state evolves independently (diagonal decay, additive rule).
@@ -18,7 +18,6 @@
 //             forward:  S_0 = h0,   S_{c+1} = diag(e^B) S_c + (K . e^{B - b})^T V;    ws_S[c] = S_c
 //             reverse:  dS_end = d_ht, dS_c = diag(e^B) dS_{c+1} + scale (Q . e^{bq})^T dO;
 //                       ws_dS[c] = dS_{c+1};  d_h0 = dS_0
-//           and, for d_g with d_ht, F[c] = sum_j ht[c][j] d_ht[c][j] per value block.
 //   pass 2  diagDqdkKernel, one CTA per (chunk, head, key slice of 64), loop over value blocks:
 //             D[t][s]  = scale (do_t . v_s)
 //             dq_t[c]  = scale e^{bq_tc} (S_c do_t)[c] + sum_{s <=(<) t} D[t][s] k_sc e^{bq_tc - b_sc}
@@ -30,17 +29,18 @@
 //             A[t][s]  = scale sum_c q_tc k_sc e^{bq_tc - b_sc}   (s <= t inclusive, s < t exclusive)
 //             dv_s     = (K . e^{B - b})_s dS_{c+1} + sum_t A[t][s] do_t
 //                        [+ scale (q_s . (u * k_s)) do_s exclusive]
-//   pass 4  diagDgKernel (d_g only) adds the carry from later chunks; diagDuKernel sums d_u.
+//   pass 4  diagDuKernel sums d_u.
 //
-// d_g: with the global cumulative decay G_t = sum_{t' <= t} g_t', the loss depends on G only
-// through q~_t = q_t e^{G_t} (e^{G_{t-1}} exclusive), k~_t = k_t e^{-G_t} and e^{G_last} in ht, so
-//   dL/dG_t = q_{t(+1)} . dq'_{t(+1)} - k_t . dk'_t  (+ F at the last token)
-// where dq', dk' are the gradients without the bonus terms (the bonus does not depend on g; its
-// parts of q.dq and k.dk are equal, scale (v.do) q*u*k, and cancel). With dG_t = q_t.dq'_t - k_t.dk'_t
-// (per channel), dg_t = sum_{t' >= t} dG_t' + F  (inclusive)  and  ... - q_t.dq'_t  (exclusive).
-// Pass 2 writes the chunk-local reverse cumsum (minus q.dq' for exclusive) straight into d_g and
-// the chunk total of dG to a workspace; pass 4 adds F + the totals of the sequence's later chunks
-// (double, fixed order: deterministic).
+// d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
+// into straddling-pair terms only (as the additive path does for the scalar class):
+//   dg_t = Z + sum_{t' >= t} X_t' + sum_{s < t} E_s  [- q_t . dq'_t  exclusive]
+//   Z    = e^{B} <S_c, dS_{c+1}>              (pairs across the whole chunk, per channel)
+//   X_t  = q_t . dq'_t - k_t . dk_intra_t      (dq' without the bonus term)
+//   E_s  = k_s . dk_inter_s                    (dk_inter = the dS_{c+1} part of dk)
+// Every term is chunk-local, so nothing is carried across chunks and the error does not grow with
+// T. fla's form, dg_t = sum_{t' >= t} (q.dq - k.dk) + <ht, d_ht>, is a reverse cumsum over the whole
+// sequence of nearly cancelling differences: a float32 emulation (and the H200) put its dg at
+// 1.0e-5..1.6e-5 relative at dk = 256 from the products' rounding alone; this form gives ~1.5e-6.
 //
 // Numerics. b is non-increasing (g <= 0, fp32 rounding is monotone), so every exponent below is
 // <= 0: strong gates (tests clamp g at -20 per token, b reaches -1280) underflow to 0, never to inf
@@ -49,13 +49,16 @@
 // (s <= r, bq_t <= b_r): r = 16 i - 1 for the dq rows of sub-block i (s < 16 i), r = 16 j + 15 for
 // the dk / A rows of sub-block j (t >= 16 (j + 1)); diagonal sub-blocks are summed elementwise with
 // one exponential per term, as in chunk_forward.cuh. The in-chunk cumsum is computed in the
-// kernels (4 threads per channel, 16 tokens each), so b = B exactly at the last token.
+// kernels (4 threads per channel, 16 tokens each) in double, so b = B exactly at the last token;
+// pass 2 keeps b as two floats (hi = float(b), lo = float(b - hi)) and takes a difference as
+// (hi_t - hi_s) + (lo_t - lo_s), exact to fp32 where it matters (with gates clamped at -20, b
+// reaches -1280 in a chunk and fp32 b's alone put ~1e-5 into dg).
 // Products run on tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation). fp32 inputs use 3xTF32;
 // bf16 / fp16 inputs use 3xTF32 in passes 1-2 when d_g is requested (dg is a long reverse cumsum
 // of q.dq - k.dk, see NOTES.md for the additive path's measurement) and 1xTF32 otherwise.
 // Every output is written by exactly one thread: deterministic, no atomics.
-// Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (slots ~ B T / C), dG chunk
-// totals and d_u partials [slots, H, dk], F partials [N, H, dv / 64, dk].
+// Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (slots ~ B T / C), d_u partials
+// [slots, H, dk].
 #include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
 
@@ -108,8 +111,6 @@ struct DiagBwdParams {
   T* dv;                   // [B, T, H, dv] or null
   float* dg;               // [B, T, H, DK] or null
   float* dh0;              // [N, H, DK, dv] or null
-  float* dg_tot;           // [slots, H, DK] chunk totals of dG (d_g only)
-  float* ht_dot;           // [N, H, dv / kSlice, DK] sum_j ht d_ht per value block, or null
   float* du_part;          // [slots, H, DK] d_u partials (exclusive with d_u), or null
   const int64_t* cu_seqlens;  // [N + 1] device, or null
   int64_t seq_len;         // T
@@ -121,36 +122,34 @@ struct DiagBwdParams {
   int exclusive;           // Readout == ExclusiveBonus
 };
 
-/// In-place cumulative sum over the chunk's tokens of a [kC x kSlice] fp32 tile of log-decays in
-/// shared memory (padded tokens hold 0). Thread (column c = tid % kSlice, part = tid / kSlice)
-/// owns tokens part * kPartLen .. + kPartLen - 1 of column c and stores
-/// emit(t, c, b_t, b_{t-1}, B) at [t][c] (b_{-1} = 0, B = b_{C-1}, bit-identical to the stored b).
-/// sTot: [kParts * kSlice] scratch. Callers __syncthreads() before (tile loaded) and after.
+/// Cumulative sum over the chunk's tokens of a [kC x kSlice] fp32 tile of log-decays in shared
+/// memory (padded tokens hold 0), in double. Thread (column c = tid % kSlice, part = tid /
+/// kSlice) owns tokens part * kPartLen .. + kPartLen - 1 of column c and calls
+/// emit(t, c, b_t, b_{t-1}, B) for each (b_{-1} = 0, B = b_{C-1}, bit-identical to b at the last
+/// token); emit may overwrite sG[t][c] (it is read before). sTot: [kParts * kSlice] doubles of
+/// scratch. Callers __syncthreads() before (tile loaded) and after.
 template <typename F>
-__device__ __forceinline__ void chunkCumsum(float* sG, int ld, float* sTot, F&& emit) {
+__device__ __forceinline__ void channelCumsum(float* sG, int ld, double* sTot, F&& emit) {
   const int c = threadIdx.x % kSlice, part = threadIdx.x / kSlice, t0 = part * kPartLen;
-  float loc[kPartLen];
-  float acc = 0.f;
+  double acc = 0.0;
 #pragma unroll
-  for (int i = 0; i < kPartLen; ++i) {
-    acc += sG[(t0 + i) * ld + c];
-    loc[i] = acc;
-  }
+  for (int i = 0; i < kPartLen; ++i) acc += sG[(t0 + i) * ld + c];
   sTot[part * kSlice + c] = acc;
   __syncthreads();
-  float prefix = 0.f, total = 0.f;
+  double prefix = 0.0, total = 0.0;
 #pragma unroll
   for (int pp = 0; pp < kParts; ++pp) {
-    const float x = sTot[pp * kSlice + c];
+    const double x = sTot[pp * kSlice + c];
     if (pp < part) prefix = total + x;  // same summation order as total: prefix == b_{t0 - 1}
     total += x;
   }
-  if (part == 0) prefix = 0.f;
-  float prev = prefix;
+  if (part == 0) prefix = 0.0;
+  double loc = 0.0, prev = prefix;  // loc repeats acc's sums, so b at the last token == total
 #pragma unroll
   for (int i = 0; i < kPartLen; ++i) {
-    const float b = prefix + loc[i];
-    sG[(t0 + i) * ld + c] = emit(t0 + i, c, b, prev, total);
+    loc += sG[(t0 + i) * ld + c];
+    const double b = prefix + loc;
+    emit(t0 + i, c, b, prev, total);
     prev = b;
   }
 }
@@ -175,11 +174,12 @@ struct ScanSmem {
   static constexpr int F = X + kC * LD;      // [C, LD]      log-decays -> per-(t, c) factor
   static constexpr int Y = F + kC * LD;      // [C, LD]      V (forward) or dO (reverse) value block
   static constexpr int S = Y + kC * LD;      // [kSlice, LD] carried state (gradient) block
-  static constexpr int Tot = S + kSlice * LD;   // [kParts * kSlice] cumsum scratch
-  static constexpr int EB = Tot + kParts * kSlice;  // [kSlice] e^B
+  static constexpr int Tot = S + kSlice * LD;   // [kParts * kSlice] doubles: cumsum scratch
+  static constexpr int EB = Tot + 2 * kParts * kSlice;  // [kSlice] e^B
   static constexpr int total = EB + kSlice;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
+static_assert(ScanSmem::Tot % 2 == 0, "double scratch must be 8-byte aligned");
 
 template <typename T, int DK, bool Precise>
 __global__ void __launch_bounds__(kThreads) diagStateScanKernel(const DiagBwdParams<T> p) {
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) diagStateScanKernel(const DiagBwdPar
   float* sF = smem + L::F;
   float* sY = smem + L::Y;
   float* sS = smem + L::S;
-  float* sTot = smem + L::Tot;
+  double* sTot = reinterpret_cast<double*>(smem + L::Tot);
   float* sEB = smem + L::EB;
 
   const int tid = threadIdx.x, warp = tid >> 5;
@@ -245,9 +245,10 @@ __global__ void __launch_bounds__(kThreads) diagStateScanKernel(const DiagBwdPar
     if (i + 1 < nch) fetch(reverse ? ch - 1 : ch + 1);
     __syncthreads();
     // sF[t][c] <- e^{B - b_t} (forward) or scale e^{bq_t} (reverse); sEB[c] = e^B.
-    chunkCumsum(sF, L::LD, sTot, [&](int t, int c, float b, float bprev, float B) {
-      if (t == kC - 1) sEB[c] = fastExp<Precise>(B);
-      return reverse ? scale * fastExp<Precise>(excl ? bprev : b) : fastExp<Precise>(B - b);
+    channelCumsum(sF, L::LD, sTot, [&](int t, int c, double b, double bprev, double B) {
+      if (t == kC - 1) sEB[c] = fastExp<Precise>(float(B));
+      sF[t * L::LD + c] = reverse ? scale * fastExp<Precise>(float(excl ? bprev : b))
+                                  : fastExp<Precise>(float(B - b));
     });
     __syncthreads();
     // sS = diag(e^B) sS + sum_t X[t]^T diag(F_t) Y[t]: one 16 x 32 tile per warp.
@@ -268,12 +269,6 @@ __global__ void __launch_bounds__(kThreads) diagStateScanKernel(const DiagBwdPar
         const int c = i / kSlice, j = i - c * kSlice;
         p.dh0[hbase + int64_t(c) * dv + j] = sS[c * L::LD + j];
       }
-  } else if (p.ht_dot && p.d_ht && tid < kSlice) {  // F partial: sum_j ht[c][j] d_ht[c][j]
-    const int c = tid;
-    float a = 0.f;
-    for (int j = 0; j < kSlice; ++j) a += sS[c * L::LD + j] * p.d_ht[hbase + int64_t(c) * dv + j];
-    const int nvb = dv / kSlice;
-    p.ht_dot[((int64_t(n) * H + h) * nvb + vb) * DK + c0 + c] = a;
   }
 }
 
@@ -285,17 +280,21 @@ struct DqdkSmem {
   static constexpr int V = dO + kC * kLdA;       // [C, kLdA]   v value block (A and B^T)
   static constexpr int S = V + kC * kLdA;        // [kSlice, kLdA] S_c rows of the slice (B^T)
   static constexpr int dS = S + kSlice * kLdA;   // [kSlice, kLdA] dS_{c+1} rows of the slice
-  static constexpr int Tot = dS + kSlice * kLdA; // [kParts * kSlice] cumsum scratch
-  static constexpr int total = Tot + kParts * kSlice;
+  static constexpr int Tot = dS + kSlice * kLdA; // [kParts * kSlice] doubles: cumsum scratch
+  static constexpr int total = Tot + 2 * kParts * kSlice;
   // After the value loop (aliases of buffers the loop used):
   static constexpr int D = S;                    // [C, kLdA]   D = scale dO V^T (unmasked)
-  static constexpr int Bc = dO;                  // [C, kLdA]   b of the slice
-  static constexpr int G = dS;                   // [C, kLdA]   dG_t staging
-  static constexpr int Y = V;                    // [C, kLdA]   q . dq' staging (exclusive)
+  static constexpr int Bhi = dO;                 // [C, kLdA]   b of the slice: float(b)
+  static constexpr int Blo = V;                  // [C, kLdA]   float(b - hi)
+  static constexpr int Ki = dS;                  // [C, kLdA]   dk_inter (d_g only)
+  // After the intra-chunk parts (the b tiles are free again):
+  static constexpr int X = dO;                   // [C, kLdA]   X_t = q.dq' - k.dk_intra
+  static constexpr int Y = V;                    // [C, kLdA]   q . dq' (exclusive)
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
 static_assert(DqdkSmem::S % 4 == 0 && DqdkSmem::dS % 4 == 0 && kLdA % 4 == 0,
               "cp.async destinations must be 16-byte aligned");
+static_assert(DqdkSmem::Tot % 2 == 0, "double scratch must be 8-byte aligned");
 
 template <typename T, int DK, bool Precise>
 __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParams<T> p) {
@@ -308,10 +307,12 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
   float* sV = smem + L::V;
   float* sS = smem + L::S;
   float* sdS = smem + L::dS;
-  float* sTot = smem + L::Tot;
+  double* sTot = reinterpret_cast<double*>(smem + L::Tot);
   float* sD = smem + L::D;
-  float* sB = smem + L::Bc;
-  float* sG = smem + L::G;
+  float* sBhi = smem + L::Bhi;
+  float* sBlo = smem + L::Blo;
+  float* sKi = smem + L::Ki;
+  float* sX = smem + L::X;
   float* sY = smem + L::Y;
 
   int n;
@@ -334,6 +335,8 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
   zeroAcc(aq);
   zeroAcc(ak);
   zeroAcc(ad);
+  const bool want_dg = p.dg != nullptr;
+  float zdot = 0.f;  // thread c < kSlice (d_g): <S_c[c,:], dS_{c+1}[c,:]> over the value blocks
   for (int v0 = 0; v0 < dv; v0 += kSlice) {
     __syncthreads();  // previous block's reads done
     asyncLoadSquare<kThreads, kSlice>(sS, kLdA, p.states + sbase + v0, dv);  // overlaps the loads below
@@ -353,21 +356,37 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
     warpTileProduct<kNT, Precise>(
         ad, 16 * mt, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
         [&](int j, int s) { return sV[s * kLdA + j]; });
+    if (want_dg && tid < kSlice)
+      for (int j = 0; j < kSlice; ++j) zdot += sS[tid * kLdA + j] * sdS[tid * kLdA + j];
   }
   __syncthreads();  // every warp is done with sS / sdS / sdO / sV before their aliases are written
-  loadRowsToShared<float>(sB, kLdA, p.g + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
+  loadRowsToShared<float>(sBhi, kLdA, p.g + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
   const float scale = p.scale;
   forEachAcc(ad, 16 * mt, n0, [&](int t, int s, float& x) { sD[t * kLdA + s] = scale * x; });
   __syncthreads();
-  chunkCumsum(sB, kLdA, sTot, [](int, int, float b, float, float) { return b; });
+  channelCumsum(sBhi, kLdA, sTot, [&](int t, int c, double bb, double, double) {
+    const float hi = float(bb);
+    sBhi[t * kLdA + c] = hi;
+    sBlo[t * kLdA + c] = float(bb - double(hi));
+  });
   __syncthreads();
 
-  auto b = [&](int t, int c) -> float { return sB[t * kLdA + c]; };
-  auto bq = [&](int t, int c) -> float { return excl ? (t > 0 ? b(t - 1, c) : 0.f) : b(t, c); };
-  // Inter-chunk parts.
-  forEachAcc(aq, 16 * mt, n0, [&](int t, int c, float& x) { x *= scale * fastExp<Precise>(bq(t, c)); });
-  forEachAcc(ak, 16 * mt, n0,
-             [&](int s, int c, float& x) { x *= fastExp<Precise>(b(kC - 1, c) - b(s, c)); });
+  // Log-decays by token index i (-1: before the chunk, b = 0); qi(t) is the index bq_t reads.
+  auto hi = [&](int i, int c) -> float { return i < 0 ? 0.f : sBhi[i * kLdA + c]; };
+  auto lo = [&](int i, int c) -> float { return i < 0 ? 0.f : sBlo[i * kLdA + c]; };
+  auto bAbs = [&](int i, int c) -> float { return hi(i, c) + lo(i, c); };
+  auto bDiff = [&](int i, int j, int c) -> float { return (hi(i, c) - hi(j, c)) + (lo(i, c) - lo(j, c)); };
+  auto qi = [&](int t) { return excl ? t - 1 : t; };
+  const float zc = (want_dg && tid < kSlice) ? fastExp<Precise>(bAbs(kC - 1, tid)) * zdot : 0.f;  // Z
+  // Inter-chunk parts; for d_g, dk_inter is parked in sKi and ak then collects the intra parts.
+  forEachAcc(aq, 16 * mt, n0, [&](int t, int c, float& x) { x *= scale * fastExp<Precise>(bAbs(qi(t), c)); });
+  forEachAcc(ak, 16 * mt, n0, [&](int s, int c, float& x) {
+    x *= fastExp<Precise>(bDiff(kC - 1, s, c));
+    if (want_dg) {
+      sKi[s * kLdA + c] = x;
+      x = 0.f;
+    }
+  });
   // Off-diagonal sub-blocks. dq rows t in sub-block mt, s < 16 mt, reference r = 16 mt - 1.
   if (mt > 0) {
     const int r = kSub * mt - 1;
@@ -375,9 +394,9 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
     zeroAcc(acc);
     warpTileProduct<kNT, Precise>(
         acc, 16 * mt, n0, kSub * mt, [&](int t, int s) { return sD[t * kLdA + s]; },
-        [&](int s, int c) { return sK[s * kLdB + c] * fastExp<Precise>(b(r, c) - b(s, c)); });
+        [&](int s, int c) { return sK[s * kLdB + c] * fastExp<Precise>(bDiff(r, s, c)); });
     forEachAcc2(aq, acc, 16 * mt, n0, [&](int t, int c, float& x, float& y) {
-      x += fastExp<Precise>(bq(t, c) - b(r, c)) * y;
+      x += fastExp<Precise>(bDiff(qi(t), r, c)) * y;
     });
   }
   // dk rows s in sub-block mt, t >= 16 (mt + 1), reference r = 16 mt + 15.
@@ -388,37 +407,37 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
     warpTileProduct<kNT, Precise>(
         acc, 16 * mt, n0, kC - t0, [&](int s, int kk) { return sD[(t0 + kk) * kLdA + s]; },
         [&](int kk, int c) {
-          return sQ[(t0 + kk) * kLdB + c] * fastExp<Precise>(bq(t0 + kk, c) - b(r, c));
+          return sQ[(t0 + kk) * kLdB + c] * fastExp<Precise>(bDiff(qi(t0 + kk), r, c));
         });
     forEachAcc2(ak, acc, 16 * mt, n0, [&](int s, int c, float& x, float& y) {
-      x += fastExp<Precise>(b(r, c) - b(s, c)) * y;
+      x += fastExp<Precise>(bDiff(r, s, c)) * y;
     });
   }
   // Diagonal sub-block, elementwise: s <= t (s < t exclusive) inside sub-block mt.
   const int blk0 = kSub * mt, blk1 = blk0 + kSub;
   forEachAcc(aq, 16 * mt, n0, [&](int t, int c, float& x) {
-    const float bt = bq(t, c);
     const int s_end = excl ? t : t + 1;
     float a = 0.f;
     for (int s = blk0; s < s_end; ++s)
-      a += sD[t * kLdA + s] * sK[s * kLdB + c] * fastExp<Precise>(bt - b(s, c));
+      a += sD[t * kLdA + s] * sK[s * kLdB + c] * fastExp<Precise>(bDiff(qi(t), s, c));
     x += a;
   });
   forEachAcc(ak, 16 * mt, n0, [&](int s, int c, float& x) {
-    const float bs = b(s, c);
     float a = 0.f;
     for (int t = excl ? s + 1 : s; t < blk1; ++t)
-      a += sD[t * kLdA + s] * sQ[t * kLdB + c] * fastExp<Precise>(bq(t, c) - bs);
+      a += sD[t * kLdA + s] * sQ[t * kLdB + c] * fastExp<Precise>(bDiff(qi(t), s, c));
     x += a;
   });
-  // dG staging, then the bonus terms (which cancel in dG).
-  const bool want_dg = p.dg != nullptr;
+  // d_g staging (X, and q . dq' for the exclusive readout), dk = intra + inter, then the bonus
+  // terms (which do not depend on g).
+  if (want_dg) __syncthreads();  // every warp is done with the b tiles, which X and Y overwrite
   const float* u = excl ? p.u + int64_t(h) * DK + c0 : nullptr;
   forEachAcc2(aq, ak, 16 * mt, n0, [&](int t, int c, float& xq, float& xk) {
     const float qv = sQ[t * kLdB + c], kv = sK[t * kLdB + c];
     if (want_dg) {
-      sG[t * kLdA + c] = qv * xq - kv * xk;
+      sX[t * kLdA + c] = qv * xq - kv * xk;
       if (excl) sY[t * kLdA + c] = qv * xq;
+      xk += sKi[t * kLdA + c];
     }
     if (excl) {
       const float vdo = sD[t * kLdA + t];  // scale (v_t . do_t)
@@ -429,16 +448,21 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
   if (p.dq) storeAcc<T, kNT>(p.dq + (tok0 * H + h) * DK + c0, int64_t(H) * DK, aq, 16 * mt, n0, lc, 1.f);
   if (p.dk) storeAcc<T, kNT>(p.dk + (tok0 * H + h) * DK + c0, int64_t(H) * DK, ak, 16 * mt, n0, lc, 1.f);
   if (want_dg || (excl && p.du_part)) {
-    __syncthreads();  // sG, sY complete
+    __syncthreads();  // sX, sY, sKi complete
     const int64_t slot = blockIdx.x;
-    if (want_dg && tid < kSlice) {  // chunk-local reverse cumsum per channel
+    if (want_dg && tid < kSlice) {  // dg_t = Z + sum_{t' >= t} X_t' + sum_{s < t} E_s [- q_t.dq'_t]
       const int c = tid;
-      float acc = 0.f;
+      float suffix = 0.f;
       for (int t = kC - 1; t >= 0; --t) {
-        acc += sG[t * kLdA + c];
-        if (t < lc) p.dg[((tok0 + t) * H + h) * DK + c0 + c] = acc - (excl ? sY[t * kLdA + c] : 0.f);
+        suffix += sX[t * kLdA + c];
+        sX[t * kLdA + c] = suffix;
       }
-      p.dg_tot[(slot * H + h) * DK + c0 + c] = acc;
+      float prefix = 0.f;
+      for (int t = 0; t < lc; ++t) {
+        const float x = (zc + sX[t * kLdA + c]) + prefix;
+        p.dg[((tok0 + t) * H + h) * DK + c0 + c] = excl ? x - sY[t * kLdA + c] : x;
+        prefix += sK[t * kLdB + c] * sKi[t * kLdA + c];  // E_t
+      }
     } else if (excl && p.du_part && tid >= kSlice && tid < 2 * kSlice) {
       const int c = tid - kSlice;
       float acc = 0.f;
@@ -456,12 +480,13 @@ struct DvSmem {
   static constexpr int dS = Bc + kC * kLdA;      // [kSlice, kLdB] dS_{c+1} slice rows (B direct)
   static constexpr int dO = dS + kSlice * kLdB;  // [C, kLdB]   d_o value block (B direct)
   static constexpr int At = dO + kC * kLdB;      // [C, kLdA]   A^T (rows s, columns t)
-  static constexpr int Tot = At + kC * kLdA;     // [kParts * kSlice] cumsum scratch
-  static constexpr int Bon = Tot + kParts * kSlice;  // [C] scale (q . (u * k)) (exclusive)
+  static constexpr int Tot = At + kC * kLdA;     // [kParts * kSlice] doubles: cumsum scratch
+  static constexpr int Bon = Tot + 2 * kParts * kSlice;  // [C] scale (q . (u * k)) (exclusive)
   static constexpr int total = Bon + kC;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
 static_assert(DvSmem::dS % 4 == 0 && kLdB % 4 == 0, "cp.async destinations must be 16-byte aligned");
+static_assert(DvSmem::Tot % 2 == 0, "double scratch must be 8-byte aligned");
 
 template <typename T, int DK, bool Precise>
 __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<T> p) {
@@ -474,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<
   float* sdS = smem + L::dS;
   float* sdO = smem + L::dO;
   float* sAt = smem + L::At;
-  float* sTot = smem + L::Tot;
+  double* sTot = reinterpret_cast<double*>(smem + L::Tot);
   float* sBon = smem + L::Bon;
 
   int n;
@@ -514,7 +539,8 @@ __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<
     loadRowsToShared<float>(sB, kLdA, p.g + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     asyncWaitAll();
     __syncthreads();
-    chunkCumsum(sB, kLdA, sTot, [](int, int, float bb, float, float) { return bb; });
+    channelCumsum(sB, kLdA, sTot,
+                  [&](int t, int c, double bb, double, double) { sB[t * kLdA + c] = float(bb); });
     __syncthreads();
     // adv[s][j] += sum_c K[s][c] e^{B_c - b_sc} dS[c][j]
     warpTileProduct<kNT, Precise>(
@@ -571,30 +597,7 @@ __global__ void __launch_bounds__(kThreads, 2) diagDvKernel(const DiagBwdParams<
   storeAcc<T, kNT>(p.dv + (tok0 * H + h) * dv + v0, int64_t(H) * dv, adv, 16 * mt, n0, lc, 1.f);
 }
 
-// ---- pass 4: d_g carry from later chunks, d_u reduction -----------------------------------------
-/// One CTA per (chunk slot, head), one thread per key channel:
-/// dg_t += F + sum over the sequence's later chunks of their dG totals (double, fixed order).
-template <typename T, int DK>
-__global__ void __launch_bounds__(DK) diagDgKernel(const DiagBwdParams<T> p) {
-  int n;
-  int64_t bos, len, chunk, coff;
-  if (!slotToChunk<kC>(p, blockIdx.x, n, bos, len, chunk, coff)) return;
-  const int c = threadIdx.x, h = blockIdx.y, H = p.heads;
-  double carry = 0.0;
-  if (p.ht_dot) {
-    const int nvb = p.value_dim / kSlice;
-    for (int vb = 0; vb < nvb; ++vb) carry += p.ht_dot[((int64_t(n) * H + h) * nvb + vb) * DK + c];
-  }
-  const int64_t nch = (len + kC - 1) / kC;
-  for (int64_t ch = chunk + 1; ch < nch; ++ch) carry += p.dg_tot[((coff + ch) * H + h) * DK + c];
-  const int64_t tok0 = bos + chunk * kC;
-  const int lc = int((len - chunk * kC) < kC ? (len - chunk * kC) : int64_t(kC));
-  for (int t = 0; t < lc; ++t) {
-    float* x = p.dg + ((tok0 + t) * H + h) * DK + c;
-    *x = float(double(*x) + carry);
-  }
-}
-
+// ---- pass 4: d_u reduction ------------------------------------------------------------------
 /// d_u[h][c] = sum over chunk slots of the partials (zeroed where no chunk wrote), in double.
 __global__ void diagDuKernel(const float* __restrict__ du_part, float* __restrict__ du,
                              int64_t slots, int H, int DK) {
@@ -640,8 +643,6 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t chunk_vec_bytes = size_t(slots > 0 ? slots : 1) * H * DK * sizeof(float);
   const size_t o_s = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_ds = carve(state_bytes > 0 ? state_bytes : 1);
-  const size_t o_tot = want_dg ? carve(chunk_vec_bytes) : 0;
-  const size_t o_ht = (want_dg && a.d_ht) ? carve(size_t(N) * H * nvb * DK * sizeof(float)) : 0;
   const size_t o_du = want_du ? carve(chunk_vec_bytes) : 0;
   char* ws = nullptr;
   LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
@@ -662,8 +663,6 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.dv = static_cast<T*>(a.d_v);
   p.dg = a.d_g;
   p.dh0 = a.d_h0;
-  p.dg_tot = want_dg ? reinterpret_cast<float*>(ws + o_tot) : nullptr;
-  p.ht_dot = (want_dg && a.d_ht) ? reinterpret_cast<float*>(ws + o_ht) : nullptr;
   p.du_part = want_du ? reinterpret_cast<float*>(ws + o_du) : nullptr;
   p.cu_seqlens = s.cu_seqlens;
   p.seq_len = s.seq_len;
@@ -692,10 +691,6 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     setSmem(kernel, DvSmem::bytes);
     kernel<<<dim3(unsigned(slots), H, nvb), kThreads, DvSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("diagDvKernel");
-  }
-  if (slots > 0 && want_dg) {
-    diagDgKernel<T, DK><<<dim3(unsigned(slots), H), DK, 0, stream>>>(p);
-    LINAC_CUDA_CHECK_LAUNCH("diagDgKernel");
   }
   if (want_du) {
     const int total = H * DK;
