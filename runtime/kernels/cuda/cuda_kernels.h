@@ -31,7 +31,7 @@ void recurrentStep(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
 void scanForward(DType dtype, const ScanShape& shape, const ScanForwardArgs& args,
                  cudaStream_t stream);
 
-/// HGRN vector scan backward: d_x, d_g (used as scratch for h_{t-1}), d_h0; any may be null.
+/// HGRN vector scan backward: d_x, d_g, d_h0; any may be null (h_{t-1} is recomputed in fp32).
 void scanBackward(DType dtype, const ScanShape& shape, const ScanBackwardArgs& args,
                   cudaStream_t stream);
 
