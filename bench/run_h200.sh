@@ -14,6 +14,8 @@
 #     .fla/triton-cache.tgz (ignored) and carry it into the next call, which unpacks it when its
 #     own cache is gone (a fresh machine).
 #
+#   bash bench/run_h200.sh all [seconds]   both in one call (with a carried cache and short lists)
+#
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
@@ -23,10 +25,10 @@
 #     Each side has the GPU to itself while it is timed.
 #
 # Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
-# (default: every op), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
+# (default: every op), WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), NSYS=1 (time mode: per-kernel breakdown
-# of `linac bench` for gla and deltanet under nsys). fla's wheels must be unpacked in .fla/site.
+# of `linac bench` for gla and deltanet under nsys, where installed; the H200 image has ncu only). fla's wheels must be unpacked in .fla/site.
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
 LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
 VERIFY_SPECS=${VERIFY_SPECS:-$LINEAR_SPECS}
 BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v gated_delta_diag)}
-FLA_OPS=${FLA_OPS:-retnet mamba2 gla rwkv6 deltanet gated_deltanet hgrn sdpa}
+FLA_OPS=${FLA_OPS:-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
 MODELS=${MODELS-gated_deltanet gla}
 WARM_OPS=${WARM_OPS:-$FLA_OPS}
 WARM_MODELS=${WARM_MODELS-$MODELS}
@@ -70,9 +72,9 @@ restore_cache() {
 # of them (at most $2 seconds).
 warm_fla() {
   local cache=$1 limit=$2 pids=()
-  for v in $WARM_MODELS; do  # autotune keys are head dims and chunk sizes, not B: B=1 is enough
+  for v in $WARM_MODELS; do  # WARM_BATCH (default 4, the timed batch: some autotune keys depend on it)
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
-      --batch 1 --seq-len 4096 --warmup 1 --steps 0 "${BYPASS[@]}" > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
+      --batch "${WARM_BATCH:-4}" --seq-len 4096 --warmup 1 --steps 0 "${BYPASS[@]}" > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
     pids+=($!)
   done
   for c in $WARM_OPS; do
@@ -89,7 +91,7 @@ prepare() {
   restore_cache
   local target=$ALL
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
-  warm_fla "$target" 400 &
+  warm_fla "$target" "${WARM_LIMIT:-400}" &
   local warm_pid=$!
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -123,6 +125,7 @@ prepare() {
   fi
   echo "fla cache: $((SECONDS - start)) s ($(find "$MIN" -name '*.cubin' | wc -l) kernels kept)"
   cat "$WARM"/*.out > "$OUT/warm.log"
+  [ "$MODE" = all ] && return 0  # the timings follow in this call: nothing to carry
   tar -C / -czf "$OUT/triton-cache.tgz" --exclude='*.ptx' --exclude='*.ttir' --exclude='*.ttgir' \
     --exclude='*.llir' --exclude='*.source' "${MIN#/}"
   ls -la "$OUT/triton-cache.tgz"
@@ -200,5 +203,6 @@ timed() {
 case "$MODE" in
   prepare) prepare ;;
   time) timed ;;
+  all) prepare; timed ;;  # one call when the device time left allows one machine start only
   *) echo "usage: bash bench/run_h200.sh prepare|time [seconds]" >&2; exit 2 ;;
 esac
