@@ -1,0 +1,109 @@
+// The recurrence kernels by device (header: kernel_dispatch.h).
+#include "kernel_dispatch.h"
+
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <stdexcept>
+#include <string>
+
+#ifdef LINAC_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace linac::ops::detail {
+namespace {
+
+#ifdef LINAC_HAVE_CUDA
+cudaStream_t streamFor(const torch::Device& device) {
+  return at::cuda::getCurrentCUDAStream(device.index()).stream();
+}
+#else
+[[noreturn]] void noCuda(std::string_view op) {
+  throw std::invalid_argument(std::string(op) + ": CUDA tensors, but linac was built without CUDA");
+}
+#endif
+
+}  // namespace
+
+void chunkForward([[maybe_unused]] std::string_view op, const torch::Device& device,
+                  const kernels::RecurrenceKind& kind, kernels::DType dtype,
+                  const kernels::RecurrenceShape& shape, const kernels::RecurrenceForwardArgs& args,
+                  int64_t chunk) {
+  if (device.is_cuda()) {
+#ifdef LINAC_HAVE_CUDA
+    const c10::cuda::CUDAGuard guard(device);
+    kernels::cuda::chunkForward(kind, dtype, shape, args, streamFor(device));
+    return;
+#else
+    noCuda(op);
+#endif
+  }
+  kernels::cpu::chunkForward(kind, shape, args, dtype, static_cast<int>(chunk));
+}
+
+void chunkBackward([[maybe_unused]] std::string_view op, const torch::Device& device,
+                   const kernels::RecurrenceKind& kind, kernels::DType dtype,
+                   const kernels::RecurrenceShape& shape,
+                   const kernels::RecurrenceBackwardArgs& args, int64_t chunk) {
+  if (device.is_cuda()) {
+#ifdef LINAC_HAVE_CUDA
+    const c10::cuda::CUDAGuard guard(device);
+    kernels::cuda::chunkBackward(kind, dtype, shape, args, streamFor(device));
+    return;
+#else
+    noCuda(op);
+#endif
+  }
+  kernels::cpu::chunkBackward(kind, shape, args, dtype, static_cast<int>(chunk));
+}
+
+void recurrentStep([[maybe_unused]] std::string_view op, const torch::Device& device,
+                   const kernels::RecurrenceKind& kind, kernels::DType dtype,
+                   const kernels::RecurrenceShape& shape, const kernels::RecurrenceStepArgs& args) {
+  if (device.is_cuda()) {
+#ifdef LINAC_HAVE_CUDA
+    const c10::cuda::CUDAGuard guard(device);
+    kernels::cuda::recurrentStep(kind, dtype, shape, args, streamFor(device));
+    return;
+#else
+    noCuda(op);
+#endif
+  }
+  kernels::cpu::recurrentStep(kind, shape.batch, shape.heads, shape.key_dim, shape.value_dim, args,
+                              dtype);
+}
+
+void scanForward([[maybe_unused]] std::string_view op, const torch::Device& device,
+                 kernels::DType dtype, const kernels::ScanShape& shape,
+                 const kernels::ScanForwardArgs& args) {
+  if (device.is_cuda()) {
+#ifdef LINAC_HAVE_CUDA
+    const c10::cuda::CUDAGuard guard(device);
+    kernels::cuda::scanForward(dtype, shape, args, streamFor(device));
+    return;
+#else
+    noCuda(op);
+#endif
+  }
+  kernels::cpu::scanForward(shape, args, dtype);
+}
+
+void scanBackward([[maybe_unused]] std::string_view op, const torch::Device& device,
+                  kernels::DType dtype, const kernels::ScanShape& shape,
+                  const kernels::ScanBackwardArgs& args) {
+  if (device.is_cuda()) {
+#ifdef LINAC_HAVE_CUDA
+    const c10::cuda::CUDAGuard guard(device);
+    kernels::cuda::scanBackward(dtype, shape, args, streamFor(device));
+    return;
+#else
+    noCuda(op);
+#endif
+  }
+  kernels::cpu::scanBackward(shape, args, dtype);
+}
+
+}  // namespace linac::ops::detail
