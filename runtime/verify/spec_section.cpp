@@ -213,7 +213,7 @@ void specSection(Report& report, const spec::VariantSpec& spec, const runtime::V
     const torch::Tensor tokens = run.perToken(name);
     if (tokens.defined() && tokens.grad().defined()) {
       torch::Tensor total = tokens.grad().sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true);
-      if (refLeaf.grad().defined()) total = total + refLeaf.grad();  // uses outside the expressions (a bonus)
+      if (refLeaf.grad().defined()) total = total + refLeaf.grad();  // uses outside expressions (bonus)
       compareTotal(report, "spec", "d " + name, setting, leaf.grad(), total, tokens.grad(), tol);
       continue;
     }
