@@ -27,7 +27,9 @@
 # Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
 # (default: every op), WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
-# backward despite its Hopper guard: bench/fla_guard.py), NSYS=1 (time mode: per-kernel breakdown
+# backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
+# models), SANITIZE_FUSED (specs whose fused prologue path `linac verify` runs under compute-sanitizer
+# memcheck in prepare, small shape; default gated_deltanet hgrn2), NSYS=1 (time mode: per-kernel breakdown
 # of `linac bench` for gla and deltanet under nsys, where installed; the H200 image has ncu only). fla's wheels must be unpacked in .fla/site.
 # Results under $OUT (8 files at most).
 set -uo pipefail
@@ -91,8 +93,8 @@ prepare() {
   restore_cache
   local target=$ALL
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
-  warm_fla "$target" "${WARM_LIMIT:-400}" &
-  local warm_pid=$!
+  local warm_pid=
+  if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   local lab_args=(--quick --no-bench)
@@ -108,10 +110,17 @@ prepare() {
     cat /tmp/verify_one.log >> "$OUT/verify.log"
   done
   echo "verify done: $((SECONDS - start)) s"
+  for n in ${SANITIZE_FUSED-gated_deltanet hgrn2}; do  # the fused prologue path (fused section)
+    phase 90 compute-sanitizer --tool memcheck --error-exitcode 9 $L verify "specs/$n.yaml" --backend cuda \
+      --shapes 1,70,1,64,64 > /tmp/sanitize_fused.log 2>&1
+    echo "memcheck fused $n rc=$? $(grep -E "ERROR SUMMARY" /tmp/sanitize_fused.log | tail -1) $(tail -1 /tmp/sanitize_fused.log)"
+    cat /tmp/sanitize_fused.log >> "$OUT/verify.log"
+  done
   wait "$lab_pid"
   grep -E "memcheck rc|racecheck rc|lab rc|ERROR SUMMARY|FAIL|compile failed|build took" /tmp/lab.log | head -24
   cat /tmp/lab.log /tmp/linac-lab/sanitizer.log > "$OUT/lab.log" 2>/dev/null
 
+  [ -z "$warm_pid" ] && return 0  # FLA=0
   wait "$warm_pid"
   echo "fla warm-up done: $((SECONDS - start)) s"
   grep -hE "warmed|Error" "$WARM"/*.out | head -14
@@ -138,6 +147,7 @@ timed() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   rm -f "$OUT"/*.jsonl /tmp/linac_bench.txt
   for v in $MODELS; do
+    [ "${FLA:-1}" = 1 ] || break
     PYTHONPATH=.fla/site phase 100 python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
       --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
     echo "fla model $v rc=$? ($((SECONDS - start)) s)"
@@ -180,6 +190,7 @@ timed() {
   echo "linac bench done: $((SECONDS - start)) s"
   : > "$OUT/fla_bench.jsonl"
   for c in $FLA_OPS; do
+    [ "${FLA:-1}" = 1 ] || break
     PYTHONPATH=.fla/site phase 40 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" >> "$OUT/fla_bench.jsonl" \
       2>> "$WARM/fla_bench.err" || echo "fla op $c failed or timed out"
   done
@@ -194,6 +205,8 @@ timed() {
     done
   fi
 
+  echo "== from raw operands: the prologue fused into the chunk forward vs composed (separate passes)"
+  grep -E "^linac bench|^(fused|composed) " /tmp/linac_bench.txt
   cat "$WARM"/*.err /tmp/linac_bench.txt >> "$OUT/logs.txt" 2>/dev/null
   cp "$OUT/fla_train.jsonl" "$SUM/" 2>/dev/null
   python3 bench/compare.py "$OUT/linac_bench.jsonl" "$OUT/fla_bench.jsonl" | tee "$OUT/table.txt"

@@ -6,7 +6,11 @@
 // kernel that apply the functions of deltanet.h elementwise over a result of up to
 // 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a
 // broadcast dim), so parameters are never expanded to the result's shape.
+//
+// Last, the chunk forward with the prologue fused into it: the Roles policy tells the
+// kernel skeleton (kernels/cuda/chunk_forward.cuh) which roles it computes from raw operands.
 #include "deltanet/deltanet.h"
+#include "kernels/cuda/chunk_fused.cuh"
 #include "prologue/device_map.cuh"
 #include "registry/registry.h"
 
@@ -24,6 +28,7 @@ using prologue::device::numel;
 using prologue::device::unravel;
 using runtime::MapShape;
 using runtime::StridedOperand;
+using kernels::cuda::RoleAt;
 
 // --- beta(b) -------------------------------------------------------------------------------------
 
@@ -67,6 +72,28 @@ void betaPartials(const StridedOperand* args, const StridedOperand& grad, float*
   checkLaunch("deltanet beta partials kernel");
 }
 
+// --- the chunk forward with the prologue inside --------------------------------------------------
+
+/// Where the chunk forward gets deltanet's roles (kernels/cuda/chunk_roles.cuh):
+///   q      tile of input q, L2-normalised in the kernel
+///   k      tile of input k, L2-normalised in the kernel
+///   v      tile of input v
+///   beta   beta(b) per token
+struct Roles {
+  static constexpr kernels::RecurrenceKind kKind = deltanet::kKind;
+  static constexpr bool kComputeQ = false, kComputeK = false;
+  static constexpr bool kNormQ = true, kNormK = true;
+  static constexpr bool kComputeDecay = false, kComputeBeta = true;
+
+  __device__ static float beta(const RoleAt& at) {
+    return deltanet::beta(at(0));
+  }
+};
+
+void fusedForward(const kernels::FusedForwardArgs& args, cudaStream_t stream) {
+  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);
+}
+
 // --- registration --------------------------------------------------------------------------------
 
 const runtime::VariantDeviceMaps kDeviceMaps{
@@ -74,7 +101,8 @@ const runtime::VariantDeviceMaps kDeviceMaps{
     "7c615d4dc414c62cc2ed1ebc07ffd40ceb801fa1ce7bd9474e7da0a3c3a31337",
     {
         {"beta", &betaForward, &betaPartials},
-    }};
+    },
+    &fusedForward};
 
 const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);
 

@@ -25,7 +25,14 @@ const runtime::VariantKernels kKernels{
     kChunk,
     {
         {"beta", {"b"}, &betaForward, &betaPartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in deltanet_cuda.cu).
+    {.available = true,
+     .qTile = "q",
+     .kTile = "k",
+     .vTile = "v",
+     .normQ = true,
+     .normK = true}};
 
 const runtime::Registration kRegistration(&kKernels);
 

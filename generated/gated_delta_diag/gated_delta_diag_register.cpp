@@ -43,7 +43,14 @@ const runtime::VariantKernels kKernels{
         {"decay", {"gk"}, &decayForward, &decayPartials},
         {"beta", {"b"}, &betaForward, &betaPartials},
         {"gate", {"g"}, &gateForward, &gatePartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in gated_delta_diag_cuda.cu).
+    {.available = true,
+     .qTile = "q",
+     .kTile = "k",
+     .vTile = "v",
+     .normQ = true,
+     .normK = true}};
 
 const runtime::Registration kRegistration(&kKernels);
 

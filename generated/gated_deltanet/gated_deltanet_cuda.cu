@@ -6,7 +6,11 @@
 // kernel that apply the functions of gated_deltanet.h elementwise over a result of up to
 // 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a
 // broadcast dim), so parameters are never expanded to the result's shape.
+//
+// Last, the chunk forward with the prologue fused into it: the Roles policy tells the
+// kernel skeleton (kernels/cuda/chunk_forward.cuh) which roles it computes from raw operands.
 #include "gated_deltanet/gated_deltanet.h"
+#include "kernels/cuda/chunk_fused.cuh"
 #include "prologue/device_map.cuh"
 #include "registry/registry.h"
 
@@ -24,6 +28,7 @@ using prologue::device::numel;
 using prologue::device::unravel;
 using runtime::MapShape;
 using runtime::StridedOperand;
+using kernels::cuda::RoleAt;
 
 // --- decay(A_log, a, dt_bias) --------------------------------------------------------------------
 
@@ -156,6 +161,33 @@ void gatePartials(const StridedOperand* args, const StridedOperand& grad, float*
   checkLaunch("gated_deltanet gate partials kernel");
 }
 
+// --- the chunk forward with the prologue inside --------------------------------------------------
+
+/// Where the chunk forward gets gated_deltanet's roles (kernels/cuda/chunk_roles.cuh):
+///   q      tile of input q, L2-normalised in the kernel
+///   k      tile of input k, L2-normalised in the kernel
+///   v      tile of input v
+///   decay  decay(A_log, a, dt_bias) per element of the decay class
+///   beta   beta(b) per token
+struct Roles {
+  static constexpr kernels::RecurrenceKind kKind = gated_deltanet::kKind;
+  static constexpr bool kComputeQ = false, kComputeK = false;
+  static constexpr bool kNormQ = true, kNormK = true;
+  static constexpr bool kComputeDecay = true, kComputeBeta = true;
+
+  __device__ static float decay(const RoleAt& at) {
+    return gated_deltanet::decay(at(0), at(1), at(2));
+  }
+
+  __device__ static float beta(const RoleAt& at) {
+    return gated_deltanet::beta(at(0));
+  }
+};
+
+void fusedForward(const kernels::FusedForwardArgs& args, cudaStream_t stream) {
+  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);
+}
+
 // --- registration --------------------------------------------------------------------------------
 
 const runtime::VariantDeviceMaps kDeviceMaps{
@@ -165,7 +197,8 @@ const runtime::VariantDeviceMaps kDeviceMaps{
         {"decay", &decayForward, &decayPartials},
         {"beta", &betaForward, &betaPartials},
         {"gate", &gateForward, &gatePartials},
-    }};
+    },
+    &fusedForward};
 
 const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);
 

@@ -34,7 +34,14 @@ const runtime::VariantKernels kKernels{
     {
         {"decay", {"gk"}, &decayForward, &decayPartials},
         {"gate", {"g"}, &gateForward, &gatePartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in gla_cuda.cu).
+    {.available = true,
+     .qTile = "q",
+     .kTile = "k",
+     .vTile = "v",
+     .normQ = false,
+     .normK = false}};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -173,7 +173,8 @@ const runtime::VariantDeviceMaps kDeviceMaps{
         {"v", &vForward, &vPartials},
         {"decay", &decayForward, &decayPartials},
         {"gate", &gateForward, &gatePartials},
-    }};
+    },
+    nullptr};
 
 const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);
 

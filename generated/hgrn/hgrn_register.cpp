@@ -43,7 +43,9 @@ const runtime::VariantKernels kKernels{
         {"v", {"i", "layer", "num_layers", "fx"}, &vForward, &vPartials},
         {"decay", {"layer", "num_layers", "fx"}, &decayForward, &decayPartials},
         {"gate", {"g"}, &gateForward, &gatePartials},
-    }};
+    },
+    // Not fused: vector state (the scan reads its operands materialised).
+    {}};
 
 const runtime::Registration kRegistration(&kKernels);
 

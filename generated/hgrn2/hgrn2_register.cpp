@@ -34,7 +34,14 @@ const runtime::VariantKernels kKernels{
     {
         {"k", {"layer", "num_layers", "fx"}, &kForward, &kPartials},
         {"decay", {"layer", "num_layers", "fx"}, &decayForward, &decayPartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in hgrn2_cuda.cu).
+    {.available = true,
+     .qTile = "q",
+     .kTile = "",
+     .vTile = "v",
+     .normQ = false,
+     .normK = false}};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -6,7 +6,11 @@
 // kernel that apply the functions of mamba2.h elementwise over a result of up to
 // 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a
 // broadcast dim), so parameters are never expanded to the result's shape.
+//
+// Last, the chunk forward with the prologue fused into it: the Roles policy tells the
+// kernel skeleton (kernels/cuda/chunk_forward.cuh) which roles it computes from raw operands.
 #include "mamba2/mamba2.h"
+#include "kernels/cuda/chunk_fused.cuh"
 #include "prologue/device_map.cuh"
 #include "registry/registry.h"
 
@@ -24,6 +28,7 @@ using prologue::device::numel;
 using prologue::device::unravel;
 using runtime::MapShape;
 using runtime::StridedOperand;
+using kernels::cuda::RoleAt;
 
 // --- k(dt_in, dt_bias, B) ------------------------------------------------------------------------
 
@@ -207,6 +212,32 @@ void residualPartials(const StridedOperand* args, const StridedOperand& grad, fl
   checkLaunch("mamba2 residual partials kernel");
 }
 
+// --- the chunk forward with the prologue inside --------------------------------------------------
+
+/// Where the chunk forward gets mamba2's roles (kernels/cuda/chunk_roles.cuh):
+///   q      tile of input C
+///   k      k(dt_in, dt_bias, B) per element
+///   v      tile of input x
+///   decay  decay(A_log, dt_in, dt_bias) per element of the decay class
+struct Roles {
+  static constexpr kernels::RecurrenceKind kKind = mamba2::kKind;
+  static constexpr bool kComputeQ = false, kComputeK = true;
+  static constexpr bool kNormQ = false, kNormK = false;
+  static constexpr bool kComputeDecay = true, kComputeBeta = false;
+
+  __device__ static float k(const RoleAt& at) {
+    return mamba2::k(at(0), at(1), at(2));
+  }
+
+  __device__ static float decay(const RoleAt& at) {
+    return mamba2::decay(at(0), at(1), at(2));
+  }
+};
+
+void fusedForward(const kernels::FusedForwardArgs& args, cudaStream_t stream) {
+  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);
+}
+
 // --- registration --------------------------------------------------------------------------------
 
 const runtime::VariantDeviceMaps kDeviceMaps{
@@ -217,7 +248,8 @@ const runtime::VariantDeviceMaps kDeviceMaps{
         {"decay", &decayForward, &decayPartials},
         {"gate", &gateForward, &gatePartials},
         {"residual", &residualForward, &residualPartials},
-    }};
+    },
+    &fusedForward};
 
 const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);
 

@@ -52,7 +52,14 @@ const runtime::VariantKernels kKernels{
         {"decay", {"A_log", "dt_in", "dt_bias"}, &decayForward, &decayPartials},
         {"gate", {"z"}, &gateForward, &gatePartials},
         {"residual", {"D", "x"}, &residualForward, &residualPartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in mamba2_cuda.cu).
+    {.available = true,
+     .qTile = "C",
+     .kTile = "",
+     .vTile = "x",
+     .normQ = false,
+     .normK = false}};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -6,7 +6,11 @@
 // kernel that apply the functions of retnet.h elementwise over a result of up to
 // 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a
 // broadcast dim), so parameters are never expanded to the result's shape.
+//
+// Last, the chunk forward with the prologue fused into it: the Roles policy tells the
+// kernel skeleton (kernels/cuda/chunk_forward.cuh) which roles it computes from raw operands.
 #include "retnet/retnet.h"
+#include "kernels/cuda/chunk_fused.cuh"
 #include "prologue/device_map.cuh"
 #include "registry/registry.h"
 
@@ -24,6 +28,7 @@ using prologue::device::numel;
 using prologue::device::unravel;
 using runtime::MapShape;
 using runtime::StridedOperand;
+using kernels::cuda::RoleAt;
 
 // --- decay(head) ---------------------------------------------------------------------------------
 
@@ -109,6 +114,28 @@ void gatePartials(const StridedOperand* args, const StridedOperand& grad, float*
   checkLaunch("retnet gate partials kernel");
 }
 
+// --- the chunk forward with the prologue inside --------------------------------------------------
+
+/// Where the chunk forward gets retnet's roles (kernels/cuda/chunk_roles.cuh):
+///   q      tile of input q
+///   k      tile of input k
+///   v      tile of input v
+///   decay  decay(head) per element of the decay class
+struct Roles {
+  static constexpr kernels::RecurrenceKind kKind = retnet::kKind;
+  static constexpr bool kComputeQ = false, kComputeK = false;
+  static constexpr bool kNormQ = false, kNormK = false;
+  static constexpr bool kComputeDecay = true, kComputeBeta = false;
+
+  __device__ static float decay(const RoleAt& at) {
+    return retnet::decay(at(0));
+  }
+};
+
+void fusedForward(const kernels::FusedForwardArgs& args, cudaStream_t stream) {
+  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);
+}
+
 // --- registration --------------------------------------------------------------------------------
 
 const runtime::VariantDeviceMaps kDeviceMaps{
@@ -117,7 +144,8 @@ const runtime::VariantDeviceMaps kDeviceMaps{
     {
         {"decay", &decayForward, &decayPartials},
         {"gate", &gateForward, &gatePartials},
-    }};
+    },
+    &fusedForward};
 
 const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);
 

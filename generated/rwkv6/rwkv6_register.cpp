@@ -34,7 +34,15 @@ const runtime::VariantKernels kKernels{
     {
         {"decay", {"w"}, &decayForward, &decayPartials},
         {"gate", {"g"}, &gateForward, &gatePartials},
-    }};
+    },
+    // Fused forward: the chunk kernel computes the prologue (Roles in rwkv6_cuda.cu).
+    {.available = true,
+     .qTile = "r",
+     .kTile = "k",
+     .vTile = "v",
+     .normQ = false,
+     .normK = false,
+     .bonus = "u"}};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -2,6 +2,7 @@
 
 #include "bench/timer.h"
 #include "ops/recurrence_ops.h"
+#include "prologue/fused_recurrence.h"
 
 #include <torch/torch.h>
 
@@ -36,9 +37,74 @@ Timing timeOrSkip(const std::string& what, double floorMs, const std::function<v
   return t;
 }
 
+/// The spec's raw operands at the bench shape, by name (field layout [B|1, T|1, H|1, d|1]):
+/// inputs N(0, 1) in the bench dtype, parameters 0.1 N(0, 1) in fp32, the structural names.
+prologue::Operands rawOperands(const spec::VariantSpec& spec, const Options& o,
+                               const torch::Device& dev, torch::ScalarType type) {
+  const int64_t B = o.batch, T = o.seqLen, H = o.heads, D = o.headDim;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
+  auto width = [&](spec::Extent e) -> std::pair<int64_t, int64_t> {  // (heads, channels)
+    switch (e) {
+    case spec::Extent::Scalar: return {1, 1};
+    case spec::Extent::Head: return {H, 1};
+    case spec::Extent::Key:
+    case spec::Extent::Value: return {H, D};
+    case spec::Extent::Hidden: break;
+    }
+    throw std::invalid_argument("bench: extent hidden has no field layout");
+  };
+  prologue::Operands ops;
+  for (const auto& in : spec.inputs) {
+    auto [h, c] = width(in.extent);
+    ops[in.name] = torch::randn({B, T, h, c}, f32).to(type);
+  }
+  for (const auto& p : spec.params) {
+    auto [h, c] = width(p.extent);
+    ops[p.name] = 0.1 * torch::randn({1, 1, h, c}, f32);
+  }
+  ops["head"] = torch::arange(H, f32).view({1, 1, H, 1});
+  ops["layer"] = torch::full({1, 1, 1, 1}, 1.0, f32);
+  ops["num_layers"] = torch::full({1, 1, 1, 1}, 4.0, f32);
+  return ops;
+}
+
+/// Forward and forward+backward from the raw operands, fused into the kernel and composed.
+void rawTimings(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
+                const Options& o, const torch::Device& dev, torch::ScalarType type,
+                std::vector<Timing>& out) {
+  if (!kernels.fused.available || kernels.vectorState) return;
+  const prologue::Operands raw = rawOperands(spec, o, dev, type);
+  prologue::Operands leaves;
+  for (const auto& [name, t] : raw)
+    leaves[name] = t.is_floating_point() && name != "head" && name != "layer" && name != "num_layers"
+                       ? t.detach().requires_grad_(true)
+                       : t;
+  const torch::Tensor dO =
+      torch::randn({o.batch, o.seqLen, o.heads, o.headDim}, torch::TensorOptions().device(dev)).to(type);
+  for (bool inKernel : {true, false}) {
+    prologue::FusedOptions opt;
+    opt.keyDim = o.headDim;
+    opt.scale = 1.0 / std::sqrt(double(o.headDim));
+    opt.chunk = kernels.chunk;
+    opt.allowInKernel = inKernel;
+    const bool fused = prologue::runsInKernel(kernels, raw, opt);
+    if (inKernel && !fused) continue;  // CPU, fp16, other head dims: only the composed rows
+    const std::string how = fused ? "fused" : "composed";
+    out.push_back(timeOrSkip(how + " fwd", 0.0, [&] {
+      torch::NoGradGuard ng;
+      prologue::fusedRecurrence(kernels, raw, opt);
+    }, o));
+    out.push_back(timeOrSkip(how + " fwd+bwd", 0.0, [&] {
+      auto [o_, ht] = prologue::fusedRecurrence(kernels, leaves, opt);
+      o_.backward(dO);
+    }, o));
+  }
+}
+
 }  // namespace
 
-std::vector<Timing> run(const runtime::VariantKernels& kernels, const Options& o) {
+std::vector<Timing> run(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
+                        const Options& o) {
   if (o.backend == "cuda" && !torch::cuda::is_available())
     throw std::invalid_argument("bench: --backend cuda, but no CUDA device is available");
   const auto dev = o.backend == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -119,6 +185,7 @@ std::vector<Timing> run(const runtime::VariantKernels& kernels, const Options& o
     torch::NoGradGuard ng;
     ops::recurrenceStep(step, state, opt);
   }, o));
+  rawTimings(spec, kernels, o, dev, type, out);
   return out;
 }
 
@@ -126,13 +193,15 @@ void print(const std::string& name, const Options& o, const std::vector<Timing>&
            std::ostream& os, std::ostream* json) {
   os << "linac bench " << name << " (" << o.backend << ", " << o.dtype << ", B=" << o.batch << " T=" << o.seqLen
      << " H=" << o.heads << " D=" << o.headDim << ", median of " << o.iters << ")\n";
-  os << std::left << std::setw(10) << "op" << std::right << std::setw(12) << "median ms" << std::setw(12)
+  os << std::left << std::setw(18) << "op" << std::right << std::setw(12) << "median ms" << std::setw(12)
      << "floor ms" << std::setw(10) << "x floor" << "\n";
   for (const auto& t : timings) {
-    os << std::left << std::setw(10) << t.what << std::right << std::fixed << std::setprecision(3);
-    if (t.ran)
+    os << std::left << std::setw(18) << t.what << std::right << std::fixed << std::setprecision(3);
+    if (t.ran && t.floorMs > 0.0)
       os << std::setw(12) << t.medianMs << std::setw(12) << t.floorMs << std::setw(10) << std::setprecision(1)
          << t.medianMs / t.floorMs << "\n";
+    else if (t.ran)  // from raw operands: no floor of its own (compare with the fwd rows)
+      os << std::setw(12) << t.medianMs << std::setw(12) << "-" << std::setw(10) << "-" << "\n";
     else
       os << std::setw(12) << "-" << std::setw(12) << t.floorMs << std::setw(10) << "-" << "  (" << t.note << ")\n";
     os << std::defaultfloat;

@@ -4,6 +4,7 @@
 // written once, at the measured copy bandwidth) for scale.
 #pragma once
 
+#include "linac/Spec/Spec.h"
 #include "registry/registry.h"
 
 #include <ostream>
@@ -23,14 +24,18 @@ struct Options {
 };
 
 struct Timing {
-  std::string what;      // fwd | fwd+bwd | step
+  std::string what;      // fwd | fwd+bwd | step | fused fwd | composed fwd | ...
   double medianMs = 0.0;
   double floorMs = 0.0;  // memory floor
   bool ran = true;
   std::string note;      // why it did not run
 };
 
-std::vector<Timing> run(const runtime::VariantKernels& kernels, const Options& options);
+/// fwd, fwd+bwd and step of the recurrence on materialised inputs; then, for a variant with a
+/// fused plan, the same from the spec's raw operands: "raw fwd" / "raw fwd+bwd" with the prologue
+/// inside the chunk kernel (CUDA) and "composed ..." with it as separate passes.
+std::vector<Timing> run(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
+                        const Options& options);
 
 /// The table, and a JSON line per timing when `json` is non-null.
 void print(const std::string& name, const Options& options, const std::vector<Timing>& timings,

@@ -3,6 +3,7 @@
 #include "oracle/expr_eval.h"
 #include "oracle/oracle.h"
 #include "ops/recurrence_ops.h"
+#include "prologue/fused_recurrence.h"
 #include "prologue/map_op.h"
 
 #include <cmath>
@@ -83,9 +84,15 @@ torch::Tensor LinearMixerImpl::input(const spec::InputSpec& in, const torch::Ten
   if (in.conv > 0) h = causalConv(h, params_.at("conv_" + in.name));
   h = activate(h, in.activation);
   h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
-  if (in.l2norm) h = l2Normalize(h);
+  if (in.l2norm && !normalizedInKernel(in.name)) h = l2Normalize(h);
   if (in.rope) h = rope(h, kRopeTheta);
   return h;
+}
+
+bool LinearMixerImpl::normalizedInKernel(const std::string& input) const {
+  const runtime::FusedPlan& plan = kernels_->fused;
+  if (backend_ == MixerBackend::Oracle || !plan.available) return false;
+  return (plan.normQ && input == plan.qTile) || (plan.normK && input == plan.kTile);
 }
 
 torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const spec::ExprPtr& expr,
@@ -135,10 +142,21 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
   auto layout = [&](const std::string& name, const torch::Tensor& t) {
     return toKernelLayout(name, t, B, T, d, *kernels_);
   };
+  const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
+  torch::Tensor o;  // [B, T, H, dv]
+  if (!oracle && kernels_->fused.available) {
+    // q, k, v, decay, beta and u from the raw operands: inside the chunk kernel on CUDA
+    // (prologue/fused_recurrence.h), composed from the prologue maps elsewhere.
+    prologue::FusedOptions opt;
+    opt.keyDim = d.keyDim;
+    opt.scale = scale;
+    opt.chunk = kernels_->chunk;
+    o = prologue::fusedRecurrence(*kernels_, env, opt).first;
+    return output(o, env, B, T, oracle);
+  }
   const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
   torch::Tensor g = decayed ? layout("decay", role("decay", r.decay)) : torch::Tensor();
   torch::Tensor v = layout("v", role("v", r.v));
-  torch::Tensor o;  // [B, T, H, dv]
   if (kernels_->vectorState) {
     // v, g [B, T, H * dv]
     o = oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
@@ -149,7 +167,6 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
                                                              : torch::Tensor();      // [B, T, H]
     torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus ? layout("u", env.at(r.bonus))
                                                                      : torch::Tensor();  // [H, dk]
-    const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
     if (oracle) {
       o = oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
     } else {
@@ -158,10 +175,18 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
       o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
     }
   }
+  return output(o, env, B, T, oracle);
+}
+
+torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B, int64_t T,
+                                      bool oracle) const {
+  auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
+    return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
+  };
   if (spec_.output.residual) o = o + role("residual", spec_.output.residual);
   o = norm(o);
   if (spec_.output.gate) o = o * role("gate", spec_.output.gate);
-  return o.reshape({B, T, d.heads * d.valueDim});
+  return o.reshape({B, T, dims_.heads * dims_.valueDim});
 }
 
 torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {

@@ -33,12 +33,17 @@ public:
 private:
   using Env = std::map<std::string, torch::Tensor>;
 
-  /// One input after token shift, projection, conv, activation, L2 norm and RoPE: field layout.
+  /// One input after token shift, projection, conv, activation, L2 norm (unless the fused kernel
+  /// normalises it) and RoPE: field layout.
   torch::Tensor input(const spec::InputSpec& in, const torch::Tensor& x) const;
+  /// Whether the fused recurrence L2-normalises `input` itself (runtime::FusedPlan).
+  bool normalizedInKernel(const std::string& input) const;
   /// A role's value on the Kernels backend (field layout, x's dtype and device).
   torch::Tensor kernelRole(const std::string& role, const spec::ExprPtr& expr, const Env& env) const;
   /// Roles, recurrence and output stage over `env`; oracle: float64 on the CPU. -> [B, T, H * dv].
   torch::Tensor mix(const Env& env, int64_t B, int64_t T, bool oracle) const;
+  /// The output stage: residual, norm, gate; o [B, T, H, dv] -> [B, T, H * dv].
+  torch::Tensor output(torch::Tensor o, const Env& env, int64_t B, int64_t T, bool oracle) const;
   torch::Tensor norm(const torch::Tensor& o) const;
 
   spec::VariantSpec spec_;

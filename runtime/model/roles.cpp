@@ -1,5 +1,7 @@
 #include "model/roles.h"
 
+#include "prologue/fused_recurrence.h"
+
 #include <stdexcept>
 
 namespace linac::model {
@@ -41,20 +43,7 @@ std::vector<int64_t> fieldShape(spec::Extent e, int64_t B, int64_t T, const Mixe
 
 torch::Tensor toKernelLayout(const std::string& role, const torch::Tensor& t, int64_t B, int64_t T,
                              const MixerDims& d, const runtime::VariantKernels& kernels) {
-  const int64_t H = d.heads, dk = d.keyDim, dv = d.valueDim;
-  if (kernels.vectorState) return t.expand({B, T, H, dv}).reshape({B, T, H * dv});
-  if (role == "q" || role == "k") return t.expand({B, T, H, dk}).contiguous();
-  if (role == "v") return t.expand({B, T, H, dv}).contiguous();
-  if (role == "beta") return t.expand({B, T, H, 1}).reshape({B, T, H});
-  if (role == "u") return t.expand({1, 1, H, dk}).reshape({H, dk});
-  if (role != "decay") throw std::invalid_argument("model: no kernel layout for role '" + role + "'");
-  switch (kernels.kind.decay) {
-  case kernels::DecayClass::Fixed: return t.expand({1, 1, H, 1}).reshape({H});
-  case kernels::DecayClass::Scalar: return t.expand({B, T, H, 1}).reshape({B, T, H});
-  case kernels::DecayClass::Diagonal: return t.expand({B, T, H, dk}).contiguous();
-  case kernels::DecayClass::None: break;
-  }
-  return torch::Tensor();
+  return prologue::roleLayout(role, t, B, T, d.heads, d.keyDim, d.valueDim, kernels);
 }
 
 }  // namespace linac::model

@@ -139,37 +139,17 @@ struct RecurrenceFunction : public torch::autograd::Function<RecurrenceFunction>
     const RecurrenceKind kind{static_cast<DecayClass>(ctx->saved_data["decay"].toInt()),
                               static_cast<UpdateRule>(ctx->saved_data["update"].toInt()),
                               static_cast<Readout>(ctx->saved_data["readout"].toInt())};
-    const torch::Device device = q.device();
-    const torch::Tensor cu = cuSeqlensFor(cu_host, device);
-    const kernels::RecurrenceShape shape = makeShape(q, v, cu_host, cu);
-
-    // Upstream gradients: d_o [B, T, H, dv] in o's dtype (zeros when o was unused),
-    // d_ht [N, H, dk, dv] fp32 (null when ht was not returned or unused).
-    const torch::Tensor d_o = grad_outputs[0].defined()
-                                  ? grad_outputs[0].to(v.scalar_type()).contiguous()
-                                  : torch::zeros_like(v);
-    torch::Tensor d_ht;
-    if (grad_outputs.size() > 1 && grad_outputs[1].defined()) {
-      d_ht = grad_outputs[1].to(torch::kFloat).contiguous();
-    }
-
-    torch::Tensor grads[7];
-    for (size_t i = 0; i < 7; ++i)
-      grads[i] = emptyLikeOrUndefined(saved[i], needsGrad(ctx, ctx->saved_data["edges"], i));
-    kernels::RecurrenceBackwardArgs args;
-    args.fwd = forwardArgs(q, k, v, g, beta, u, h0,
-                           static_cast<float>(ctx->saved_data["scale"].toDouble()));
-    args.d_o = d_o.data_ptr();
-    args.d_ht = ptrOrNull<float>(d_ht);
-    args.d_q = ptrOrNull<void>(grads[0]);
-    args.d_k = ptrOrNull<void>(grads[1]);
-    args.d_v = ptrOrNull<void>(grads[2]);
-    args.d_g = ptrOrNull<float>(grads[3]);
-    args.d_beta = ptrOrNull<float>(grads[4]);
-    args.d_u = ptrOrNull<float>(grads[5]);
-    args.d_h0 = ptrOrNull<float>(grads[6]);
-    chunkBackward(kRecurrenceOp, device, kind, checks::kernelDtype(q.scalar_type()), shape, args,
-                  ctx->saved_data["chunk"].toInt());
+    const auto& edges = ctx->saved_data["edges"];
+    RecurrenceWanted wanted{needsGrad(ctx, edges, 0), needsGrad(ctx, edges, 1),
+                            needsGrad(ctx, edges, 2), needsGrad(ctx, edges, 3),
+                            needsGrad(ctx, edges, 4), needsGrad(ctx, edges, 5),
+                            needsGrad(ctx, edges, 6)};
+    const torch::Tensor d_ht = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
+    const RecurrenceOptions options{kind, ctx->saved_data["scale"].toDouble(),
+                                    ctx->saved_data["chunk"].toInt(), false};
+    const RecurrenceGrads r = backwardKernels({q, k, v, g, beta, u, h0, cu_host}, options,
+                                               grad_outputs[0], d_ht, wanted);
+    const torch::Tensor grads[7] = {r.q, r.k, r.v, r.g, r.beta, r.u, r.h0};
 
     auto castBack = [&](const torch::Tensor& grad, const char* dtype_key) {
       return grad.defined() ? grad.to(ctx->saved_data[dtype_key].toScalarType()) : grad;
@@ -188,6 +168,43 @@ struct RecurrenceFunction : public torch::autograd::Function<RecurrenceFunction>
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor()};
+  }
+
+  /// The backward kernels on inputs in the form forward saved them (contiguous; g, beta, u, h0
+  /// fp32). d_o undefined: zeros (o unused); d_ht undefined: null.
+  static RecurrenceGrads backwardKernels(const RecurrenceInputs& in, const RecurrenceOptions& options,
+                                         const torch::Tensor& d_o_arg, const torch::Tensor& d_ht_arg,
+                                         const RecurrenceWanted& wanted) {
+    const torch::Tensor &q = in.q, &k = in.k, &v = in.v, &g = in.g, &beta = in.beta, &u = in.u,
+                        &h0 = in.h0, &cu_host = in.cu_seqlens;
+    const torch::Device device = q.device();
+    const torch::Tensor cu = cuSeqlensFor(cu_host, device);
+    const kernels::RecurrenceShape shape = makeShape(q, v, cu_host, cu);
+
+    // Upstream gradients: d_o [B, T, H, dv] in o's dtype (zeros when o was unused),
+    // d_ht [N, H, dk, dv] fp32 (null when ht was not returned or unused).
+    const torch::Tensor d_o =
+        d_o_arg.defined() ? d_o_arg.to(v.scalar_type()).contiguous() : torch::zeros_like(v);
+    const torch::Tensor d_ht = d_ht_arg.defined() ? d_ht_arg.to(torch::kFloat).contiguous() : d_ht_arg;
+
+    RecurrenceGrads grads{emptyLikeOrUndefined(q, wanted.q),       emptyLikeOrUndefined(k, wanted.k),
+                          emptyLikeOrUndefined(v, wanted.v),       emptyLikeOrUndefined(g, wanted.g),
+                          emptyLikeOrUndefined(beta, wanted.beta), emptyLikeOrUndefined(u, wanted.u),
+                          emptyLikeOrUndefined(h0, wanted.h0)};
+    kernels::RecurrenceBackwardArgs args;
+    args.fwd = forwardArgs(q, k, v, g, beta, u, h0, static_cast<float>(options.scale));
+    args.d_o = d_o.data_ptr();
+    args.d_ht = ptrOrNull<float>(d_ht);
+    args.d_q = ptrOrNull<void>(grads.q);
+    args.d_k = ptrOrNull<void>(grads.k);
+    args.d_v = ptrOrNull<void>(grads.v);
+    args.d_g = ptrOrNull<float>(grads.g);
+    args.d_beta = ptrOrNull<float>(grads.beta);
+    args.d_u = ptrOrNull<float>(grads.u);
+    args.d_h0 = ptrOrNull<float>(grads.h0);
+    chunkBackward(kRecurrenceOp, device, options.kind, checks::kernelDtype(q.scalar_type()), shape,
+                  args, options.chunk);
+    return grads;
   }
 
   static kernels::RecurrenceShape makeShape(const torch::Tensor& q, const torch::Tensor& v,
@@ -313,6 +330,24 @@ std::pair<torch::Tensor, torch::Tensor> recurrence(const RecurrenceInputs& in,
       optionalOf(dims.cu_seqlens_host), options.kind, options.scale, options.chunk,
       options.outputFinalState);
   return {outputs[0], options.outputFinalState ? outputs[1] : torch::Tensor()};
+}
+
+RecurrenceGrads recurrenceBackward(const RecurrenceInputs& in, const RecurrenceOptions& options,
+                                   const torch::Tensor& d_o, const torch::Tensor& d_ht,
+                                   const RecurrenceWanted& wanted) {
+  const RecurrenceDims dims = checkRecurrence(in, options);
+  if (in.q.is_cuda()) {
+    const auto [dk, dv] = cudaChunkDims(in.q.size(-1), in.v.size(-1));
+    if (dk != in.q.size(-1) || dv != in.v.size(-1))
+      checks::fail(kRecurrenceOp, "q, v", "head dims the CUDA backward takes unpadded (" +
+                                             std::to_string(dk) + ", " + std::to_string(dv) + ")",
+                   "dk " + std::to_string(in.q.size(-1)) + ", dv " + std::to_string(in.v.size(-1)));
+  }
+  const torch::NoGradGuard no_grad;
+  const RecurrenceInputs saved{in.q.contiguous(), in.k.contiguous(), in.v.contiguous(),
+                               contiguousF32(in.g), contiguousF32(in.beta), contiguousF32(in.u),
+                               contiguousOrUndefined(in.h0), dims.cu_seqlens_host};
+  return RecurrenceFunction::backwardKernels(saved, options, d_o, d_ht, wanted);
 }
 
 torch::Tensor recurrenceStep(const RecurrenceInputs& in, torch::Tensor& state,

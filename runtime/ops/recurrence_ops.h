@@ -45,6 +45,24 @@ struct RecurrenceInputs {
 std::pair<torch::Tensor, torch::Tensor> recurrence(const RecurrenceInputs& in,
                                                    const RecurrenceOptions& options);
 
+/// Gradients of the recurrence's inputs, as recurrence()'s backward computes them.
+struct RecurrenceGrads {
+  torch::Tensor q, k, v, g, beta, u, h0;
+};
+
+/// Which gradients recurrenceBackward computes (an unwanted one stays undefined).
+struct RecurrenceWanted {
+  bool q = true, k = true, v = true, g = true, beta = true, u = true, h0 = true;
+};
+
+/// The backward of recurrence() alone, outside autograd: the generated backward kernels on the
+/// inputs' device, given d_o [B, T, H, dv] and d_ht [N, H, dk, dv] (undefined: zeros). Inputs as
+/// for recurrence() (converted the same way); q, k, v gradients in q's dtype, g / beta / u / h0 in
+/// fp32. For ops that compute the inputs themselves (prologue/fused_recurrence.h).
+RecurrenceGrads recurrenceBackward(const RecurrenceInputs& in, const RecurrenceOptions& options,
+                                   const torch::Tensor& d_o, const torch::Tensor& d_ht,
+                                   const RecurrenceWanted& wanted);
+
 /// One decode step: q, k [B, H, dk], v [B, H, dv], g per class ([H] / [B, H] / [B, H, dk]),
 /// beta [B, H], u [H, dk]; state [B, H, dk, dv] fp32 updated in place. Returns o [B, H, dv].
 /// Not differentiable (inference only).

@@ -91,4 +91,11 @@ torch::Tensor applyDeviceMap(const runtime::PrologueMap& map, const runtime::Dev
   return DeviceMapFunction::apply(&map, &device, at::TensorList(operands));
 }
 
+void launchFusedForward(runtime::FusedForwardFn forward, const kernels::FusedForwardArgs& args,
+                        const torch::Device& device) {
+  if (!forward) throw std::invalid_argument("launchFusedForward: no fused forward is linked in");
+  const c10::cuda::CUDAGuard guard(device);
+  forward(args, currentStream(device));
+}
+
 }  // namespace linac::prologue

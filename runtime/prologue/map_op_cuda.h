@@ -17,4 +17,8 @@ namespace linac::prologue {
 torch::Tensor applyDeviceMap(const runtime::PrologueMap& map, const runtime::DeviceMap& device,
                              const std::vector<torch::Tensor>& operands);
 
+/// Launches a variant's fused chunk forward (fused_recurrence.h) on the current stream of `device`.
+void launchFusedForward(runtime::FusedForwardFn forward, const kernels::FusedForwardArgs& args,
+                        const torch::Device& device);
+
 }  // namespace linac::prologue

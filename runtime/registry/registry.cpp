@@ -88,4 +88,10 @@ const DeviceMap* Registry::findDevice(const PrologueMap& map) {
   return nullptr;
 }
 
+FusedForwardFn Registry::findFusedForward(const VariantKernels& variant) {
+  auto it = deviceTable().find(variant.name);
+  if (it == deviceTable().end() || it->second->specHash != variant.specHash) return nullptr;
+  return it->second->fusedForward;
+}
+
 }  // namespace linac::runtime

@@ -6,6 +6,7 @@
 // alone, with the host compiler or nvcc.
 #pragma once
 
+#include "kernels/common/fused.h"
 #include "kernels/common/recurrence.h"
 
 #include <cstdint>
@@ -32,6 +33,17 @@ struct PrologueMap {
   MapPartialsFn partials = nullptr;  // null when linac-differentiate derived none for the role
 };
 
+/// How the chunk kernels can compute the recurrence's roles themselves (kernels/common/fused.h):
+/// decided by the emitter from the spec. `available` is false for a variant whose roles do not
+/// fit the fused forward (vector state, a computed v, a role with more than kMaxRoleOperands
+/// operands); it then runs composed (prologue maps, then the kernels).
+struct FusedPlan {
+  bool available = false;
+  std::string qTile, kTile, vTile;  // input read as the role's tile; empty: computed by its map
+  bool normQ = false, normK = false;  // that input is L2-normalised in the kernel, not before it
+  std::string bonus;                  // exclusive_bonus: the [H, dk] parameter read as u
+};
+
 /// Everything the generated code knows about one linear variant.
 struct VariantKernels {
   std::string name;
@@ -40,6 +52,7 @@ struct VariantKernels {
   bool vectorState = false;
   int chunk = 64;
   std::vector<PrologueMap> maps;
+  FusedPlan fused;
 
   /// The map for `role`, or null when the role is a plain reference (no expression).
   const PrologueMap* find(std::string_view role) const;
@@ -79,11 +92,16 @@ struct DeviceMap {
   DeviceMapPartialsFn partials = nullptr;  // null when linac-differentiate derived none for the role
 };
 
+/// The chunk forward with the variant's prologue computed in the kernel, launched on `stream`.
+/// Throws std::invalid_argument for shapes or dtypes it does not take.
+using FusedForwardFn = void (*)(const kernels::FusedForwardArgs& args, CUstream_st* stream);
+
 /// The device maps of one variant, generated from the spec with sha256 `specHash`.
 struct VariantDeviceMaps {
   std::string name;
   std::string specHash;
   std::vector<DeviceMap> maps;
+  FusedForwardFn fusedForward = nullptr;  // null when the variant's FusedPlan is not available
 
   const DeviceMap* find(std::string_view role) const;
 };
@@ -105,6 +123,8 @@ public:
   /// linked in for that variant at the same spec hash (a build without CUDA, or a variant
   /// compiled on demand, which the host compiler builds without its .cu file).
   static const DeviceMap* findDevice(const PrologueMap& map);
+  /// The fused chunk forward of `variant` (at its spec hash), or null when none is linked in.
+  static FusedForwardFn findFusedForward(const VariantKernels& variant);
 };
 
 /// While alive, registrations replace same-named variants instead of failing.

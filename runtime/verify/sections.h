@@ -42,6 +42,9 @@ void kernelSection(Report& report, const runtime::VariantKernels& kernels, const
 void specSection(Report& report, const spec::VariantSpec& spec,
                  const runtime::VariantKernels& kernels, const Shape& shape, kernels::DType dtype,
                  const Options& options, std::ostream& log);
+void fusedSection(Report& report, const spec::VariantSpec& spec,
+                  const runtime::VariantKernels& kernels, const Shape& shape, kernels::DType dtype,
+                  const Options& options, std::ostream& log);
 void consistencySection(Report& report, const runtime::VariantKernels& kernels, const Shape& shape,
                         kernels::DType dtype, const Options& options, std::ostream& log);
 

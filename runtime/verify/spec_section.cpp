@@ -1,8 +1,12 @@
-// Section "spec": end to end from the spec's raw inputs and parameters. The kernel side runs the
-// compiled prologue (generated functions, derivatives from linac-differentiate) into the
-// kernels; the oracle side evaluates the spec's expressions in float64 (oracle/expr_eval.h).
+// Sections "spec" and "fused": end to end from the spec's raw inputs and parameters, against the
+// oracle evaluating the spec's expressions in float64 (oracle/expr_eval.h).
+//   spec   the compiled prologue (generated functions, derivatives from linac-differentiate)
+//          materialises every role, then the kernels run (ops::recurrence / ops::scan);
+//   fused  prologue::fusedRecurrence from the raw operands: on CUDA the prologue computed inside
+//          the chunk kernel (q / k L2-normalised there), elsewhere composed; the setting says which.
 #include "oracle/expr_eval.h"
 #include "oracle/oracle.h"
+#include "prologue/fused_recurrence.h"
 #include "prologue/map_op.h"
 #include "model/roles.h"
 #include "verify/sections.h"
@@ -58,6 +62,11 @@ struct Leaves {
 
 torch::Tensor unitRows(const torch::Tensor& t) { return t / t.norm(2, -1, true); }
 
+/// The fused kernels' L2 norm (kernels/common/fused.h), with its epsilon.
+torch::Tensor epsUnitRows(const torch::Tensor& t) {
+  return t / torch::sqrt(t.pow(2).sum(-1, true) + double(kernels::kL2NormEps));
+}
+
 class SpecRun {
 public:
   SpecRun(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels, const Shape& s)
@@ -86,6 +95,7 @@ public:
         perToken_[p.name] = leaf.detach().expand(shape).clone().requires_grad_(true);
         oracleEnv_[p.name] = perToken_[p.name];
       }
+    oracleEnvRaw_ = oracleEnv_;
     for (const auto& in : spec_.inputs)
       if (in.l2norm) {
         kernelEnv_[in.name] = unitRows(kernelEnv_[in.name]);
@@ -114,6 +124,28 @@ public:
     return model::toKernelLayout(role, t, s_.batch, s_.seqLen, dims(s_), kernels_).contiguous();
   }
 
+  /// What the fused op and the oracle read for it: the raw leaves, the q / k / v tiles rounded to
+  /// `type` on both sides; inputs marked l2norm normalised (on the kernel side only those the
+  /// kernel does not normalise itself); parameters per token on the oracle side.
+  std::pair<prologue::Operands, std::map<std::string, torch::Tensor>> fusedEnvs(
+      torch::ScalarType type, const torch::Device& dev) const {
+    const runtime::FusedPlan& plan = kernels_.fused;
+    prologue::Operands ker;
+    std::map<std::string, torch::Tensor> ref = oracleEnvRaw_;
+    for (const auto& [name, leaf] : leaves_.kernel) {
+      const bool tile = name == plan.qTile || name == plan.kTile || name == plan.vTile;
+      ker[name] = (tile ? leaf.to(type) : leaf).to(dev);
+      if (tile) ref[name] = ref.at(name).to(type).to(torch::kFloat64);
+    }
+    for (const auto& in : spec_.inputs) {
+      if (!in.l2norm) continue;
+      ref[in.name] = epsUnitRows(ref.at(in.name));
+      const bool inKernel = (plan.normQ && in.name == plan.qTile) || (plan.normK && in.name == plan.kTile);
+      if (!inKernel) ker[in.name] = epsUnitRows(ker.at(in.name).to(torch::kFloat)).to(ker.at(in.name).scalar_type());
+    }
+    return {ker, ref};
+  }
+
   const Leaves& leaves() const { return leaves_; }
   /// The oracle's per-token copy of parameter `name` (undefined when there is none).
   torch::Tensor perToken(const std::string& name) const {
@@ -126,8 +158,25 @@ private:
   const runtime::VariantKernels& kernels_;
   Shape s_;
   Leaves leaves_;
-  std::map<std::string, torch::Tensor> kernelEnv_, oracleEnv_, perToken_;
+  std::map<std::string, torch::Tensor> kernelEnv_, oracleEnv_, oracleEnvRaw_, perToken_;
 };
+
+/// Compares the gradient of every trainable leaf (parameters as totals over tokens).
+void compareLeafGrads(Report& report, const std::string& section, const std::string& setting,
+                      const SpecRun& run, double tol) {
+  for (const auto& [name, leaf] : run.leaves().kernel) {
+    if (!leaf.requires_grad()) continue;
+    const torch::Tensor& refLeaf = run.leaves().oracle.at(name);
+    const torch::Tensor tokens = run.perToken(name);
+    if (tokens.defined() && tokens.grad().defined()) {
+      torch::Tensor total = tokens.grad().sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true);
+      if (refLeaf.grad().defined()) total = total + refLeaf.grad();  // uses outside expressions (bonus)
+      compareTotal(report, section, "d " + name, setting, leaf.grad(), total, tokens.grad(), tol);
+      continue;
+    }
+    compare(report, section, "d " + name, setting, leaf.grad(), refLeaf.grad(), tol);
+  }
+}
 
 }  // namespace
 
@@ -207,19 +256,61 @@ void specSection(Report& report, const spec::VariantSpec& spec, const runtime::V
     report.checks.push_back({"spec", "gradients", setting, 0.0, tol, false, std::string("not run: ") + e.what()});
     return;
   }
-  for (const auto& [name, leaf] : run.leaves().kernel) {
-    if (!leaf.requires_grad()) continue;
-    const torch::Tensor& refLeaf = run.leaves().oracle.at(name);
-    const torch::Tensor tokens = run.perToken(name);
-    if (tokens.defined() && tokens.grad().defined()) {
-      torch::Tensor total = tokens.grad().sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true);
-      if (refLeaf.grad().defined()) total = total + refLeaf.grad();  // uses outside expressions (bonus)
-      compareTotal(report, "spec", "d " + name, setting, leaf.grad(), total, tokens.grad(), tol);
-      continue;
-    }
-    compare(report, "spec", "d " + name, setting, leaf.grad(), refLeaf.grad(), tol);
-  }
+  compareLeafGrads(report, "spec", setting, run, tol);
   compare(report, "spec", "d h0", setting, h0Ker.grad(), h0Ref.grad(), tol);
+}
+
+void fusedSection(Report& report, const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
+                  const Shape& s, kernels::DType dtype, const Options& options, std::ostream& log) {
+  if (!kernels.fused.available || kernels.vectorState) return;
+  const double tol = tolerance(dtype);
+  const auto type = scalarType(dtype);
+  const auto dev = device(options);
+  const auto& r = spec.recurrence;
+
+  SpecRun run(spec, kernels, s);
+  run.drawLeaves();
+  auto [ker, ref] = run.fusedEnvs(type, dev);
+  const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(s.keyDim));
+  prologue::FusedOptions opt;
+  opt.keyDim = s.keyDim;
+  opt.scale = scale;
+  opt.chunk = options.chunk ? options.chunk : kernels.chunk;
+  opt.outputFinalState = true;
+  torch::Tensor h0 = torch::randn({s.batch, s.heads, s.keyDim, s.valueDim}, torch::kFloat64);
+  opt.h0 = h0.to(dev, torch::kFloat32).requires_grad_(true);
+  torch::Tensor h0Ref = opt.h0.detach().to(torch::kCPU, torch::kFloat64).requires_grad_(true);
+  const bool inKernel = prologue::runsInKernel(kernels, ker, opt);
+  const std::string setting = std::string(dtypeName(dtype)) + " " + s.text() +
+                              (inKernel ? " in-kernel" : " composed");
+  log << "  fused       " << setting << "\n";
+
+  auto [o, ht] = prologue::fusedRecurrence(kernels, ker, opt);
+  auto layout = [&](const std::string& role, const torch::Tensor& t) {
+    return prologue::roleLayout(role, t, s.batch, s.seqLen, s.heads, s.keyDim, s.valueDim, kernels);
+  };
+  auto eval = [&](const spec::ExprPtr& e) { return oracle::evalExpr(*e, ref, spec.defs); };
+  const bool decayed = kernels.kind.decay != kernels::DecayClass::None && r.decay;
+  oracle::RecurrenceInputs oi{layout("q", eval(r.q)),
+                              layout("k", eval(r.k)),
+                              layout("v", eval(r.v)),
+                              decayed ? layout("decay", eval(r.decay)) : torch::Tensor(),
+                              r.update == spec::UpdateKind::Delta ? layout("beta", eval(r.beta)) : torch::Tensor(),
+                              r.bonus.empty() ? torch::Tensor()
+                                              : layout("u", run.leaves().oracle.at(r.bonus)),
+                              h0Ref,
+                              scale,
+                              {}};
+  const auto out = oracle::recurrence(kernels.kind, oi);
+  compare(report, "fused", "o", setting, o, out.o, tol);
+  compare(report, "fused", "ht", setting, ht, out.ht, tol);
+
+  torch::Tensor dO = torch::randn(out.o.sizes(), torch::kFloat64).to(o.scalar_type()).to(torch::kFloat64);
+  torch::Tensor dHt = torch::randn(out.ht.sizes(), torch::kFloat64);
+  (out.o * dO).sum().add((out.ht * dHt).sum()).backward();
+  ((o.to(torch::kFloat64) * dO.to(dev)).sum() + (ht.to(torch::kFloat64) * dHt.to(dev)).sum()).backward();
+  compareLeafGrads(report, "fused", setting, run, tol);
+  compare(report, "fused", "d h0", setting, opt.h0.grad(), h0Ref.grad(), tol);
 }
 
 }  // namespace linac::verify::detail

@@ -62,6 +62,7 @@ Report run(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels
     for (kernels::DType dtype : options.dtypes) {
       detail::kernelSection(report, kernels, shape, dtype, options, log);
       detail::specSection(report, spec, kernels, shape, dtype, options, log);
+      detail::fusedSection(report, spec, kernels, shape, dtype, options, log);
       detail::consistencySection(report, kernels, shape, dtype, options, log);
     }
   return report;

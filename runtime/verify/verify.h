@@ -1,10 +1,13 @@
 // `linac verify`: the generated kernels of a spec against the float64 oracle, on fresh random
-// inputs. Three sections:
+// inputs. Four sections:
 //   kernel       the recurrence alone with gates drawn as DESIGN.md asks (logsigmoid of N(0,1),
 //                and harder draws clamped at -5 and -20), every output, final state and gradient
 //   spec         end to end from the spec's raw inputs and parameters: the compiled prologue
 //                (its generated functions and derivatives) feeding the kernels, against the spec
 //                expressions evaluated by the oracle; gradients of every raw input and parameter
+//   fused        the same from the raw operands through prologue::fusedRecurrence: on CUDA the
+//                prologue computed inside the chunk kernel, elsewhere composed (variants with a
+//                fused plan)
 //   consistency  packed varlen vs separately-run sequences, and the chunked form vs the decode
 //                step run token by token
 // Tolerance on relative RMS error ||x - ref|| / ||ref||: 5e-3 for bf16/fp16, 1e-5 for fp32.
@@ -44,7 +47,7 @@ struct Options {
 };
 
 struct Check {
-  std::string section;   // kernel | spec | consistency
+  std::string section;   // kernel | spec | fused | consistency
   std::string what;      // e.g. "o", "ht", "d q", "d A_log"
   std::string setting;   // dtype, shape, gate regime
   double error = 0.0;

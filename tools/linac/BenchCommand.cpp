@@ -39,7 +39,7 @@ int runBench(int argc, char** argv) {
       throw UsageError("--shape must be B,T,H,D (four positive integers), got '" + args.get("shape", "") + "'");
     o.batch = v[0], o.seqLen = v[1], o.heads = v[2], o.headDim = v[3];
   }
-  auto timings = bench::run(kernels, o);
+  auto timings = bench::run(spec, kernels, o);
   std::ofstream json;
   if (args.has("json")) {
     json.open(args.get("json", ""), std::ios::app);

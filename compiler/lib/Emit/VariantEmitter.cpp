@@ -1,6 +1,7 @@
 #include "linac/Emit/VariantEmitter.h"
 
 #include "linac/Dialect/Linac/IR/LinacOps.h"
+#include "linac/Emit/FusedRoles.h"
 #include "linac/Emit/ScalarEmitter.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -119,7 +120,8 @@ std::string jsonString(const std::string& s) {
 
 /// `<name>_register.cpp`: loops the prologue functions over arrays and registers the variant
 /// with the runtime's kernel registry (runtime/registry/registry.h).
-std::string registration(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles) {
+std::string registration(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles,
+                         const FusedRolesPlan& fused) {
   const std::string& name = spec.name;
   std::ostringstream os;
   os << banner(spec, "//")
@@ -149,7 +151,8 @@ std::string registration(const spec::VariantSpec& spec, const std::vector<RoleIn
     os << "        {\"" << r.role << "\", {" << args << "}, &" << r.role << "Forward, "
        << (r.hasPartials ? "&" + r.role + "Partials" : std::string("nullptr")) << "},\n";
   }
-  os << "    }};\n\nconst runtime::Registration kRegistration(&kKernels);\n\n"
+  os << "    },\n" << fusedPlanInitializer(fused, name, "    ") << "};\n\n"
+     << "const runtime::Registration kRegistration(&kKernels);\n\n"
      << "}  // namespace\n}  // namespace linac::generated::" << name << "\n";
   return os.str();
 }
@@ -221,7 +224,8 @@ void checkKernelNames(const spec::VariantSpec& spec, const RoleInfo& role) {
 
 /// `<name>_cuda.cu`: the prologue functions of `<name>.h` as CUDA kernels over strided operands,
 /// registered as device maps (runtime/registry/registry.h). Compiled only with CUDA enabled.
-std::string deviceMaps(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles) {
+std::string deviceMaps(const spec::VariantSpec& spec, const std::vector<RoleInfo>& roles,
+                       const FusedRolesPlan& fused) {
   const std::string& name = spec.name;
   std::ostringstream os;
   os << banner(spec, "//") << "//\n"
@@ -229,15 +233,21 @@ std::string deviceMaps(const spec::VariantSpec& spec, const std::vector<RoleInfo
      << "// (built only when LINAC_ENABLE_CUDA is on). Each role has a forward kernel and a partials\n"
      << "// kernel that apply the functions of " << name << ".h elementwise over a result of up to\n"
      << "// 4 dims in grid-stride loops. Operands are read through broadcast strides (0 along a\n"
-     << "// broadcast dim), so parameters are never expanded to the result's shape.\n"
-     << "#include \"" << name << "/" << name << ".h\"\n"
-     << "#include \"prologue/device_map.cuh\"\n#include \"registry/registry.h\"\n\n"
+     << "// broadcast dim), so parameters are never expanded to the result's shape.\n";
+  if (fused.available)
+    os << "//\n// Last, the chunk forward with the prologue fused into it: the Roles policy tells the\n"
+       << "// kernel skeleton (kernels/cuda/chunk_forward.cuh) which roles it computes from raw operands.\n";
+  os << "#include \"" << name << "/" << name << ".h\"\n";
+  if (fused.available) os << "#include \"kernels/cuda/chunk_fused.cuh\"\n";
+  os << "#include \"prologue/device_map.cuh\"\n#include \"registry/registry.h\"\n\n"
      << "namespace linac::generated::" << name << " {\nnamespace {\n\n"
      << "using prologue::device::blocksFor;\nusing prologue::device::checkLaunch;\n"
      << "using prologue::device::firstElement;\nusing prologue::device::gridStride;\n"
      << "using prologue::device::Index4;\nusing prologue::device::kThreadsPerBlock;\n"
      << "using prologue::device::load;\nusing prologue::device::numel;\n"
-     << "using prologue::device::unravel;\nusing runtime::MapShape;\nusing runtime::StridedOperand;\n\n";
+     << "using prologue::device::unravel;\nusing runtime::MapShape;\nusing runtime::StridedOperand;\n";
+  if (fused.available) os << "using kernels::cuda::RoleAt;\n";
+  os << "\n";
 
   for (const RoleInfo& r : roles) {
     checkKernelNames(spec, r);
@@ -313,13 +323,16 @@ std::string deviceMaps(const spec::VariantSpec& spec, const std::vector<RoleInfo
        << "  checkLaunch(\"" << name << " " << fn << " partials kernel\");\n}\n\n";
   }
 
+  if (fused.available) os << sectionRule("the chunk forward with the prologue inside") << "\n"
+                         << fusedForwardSource(spec, fused);
   os << sectionRule("registration") << "\n"
      << "const runtime::VariantDeviceMaps kDeviceMaps{\n    \"" << name << "\",\n    \""
      << spec.hash << "\",\n    {\n";
   for (const RoleInfo& r : roles)
     os << "        {\"" << r.role << "\", &" << r.role << "Forward, "
        << (r.hasPartials ? "&" + r.role + "Partials" : std::string("nullptr")) << "},\n";
-  os << "    }};\n\nconst runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);\n\n"
+  os << "    },\n    " << (fused.available ? "&fusedForward" : "nullptr") << "};\n\n"
+     << "const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);\n\n"
      << "}  // namespace\n}  // namespace linac::generated::" << name << "\n";
   return os.str();
 }
@@ -409,8 +422,12 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
            << jsonString(name + "_register.cpp") << ", " << jsonString(name + "_cuda.cu") << "]\n}\n";
 
   files[name + "/" + name + ".h"] = h.str();
-  files[name + "/" + name + "_register.cpp"] = registration(spec, roles);
-  files[name + "/" + name + "_cuda.cu"] = deviceMaps(spec, roles);
+  std::map<std::string, std::vector<std::string>> roleArgs;
+  for (const RoleInfo& r : roles) roleArgs[r.role] = r.args;
+  const FusedRolesPlan fused =
+      planFusedRoles(spec, roleArgs, vector, rec.getDecayClass() == ml::DecayClass::none);
+  files[name + "/" + name + "_register.cpp"] = registration(spec, roles, fused);
+  files[name + "/" + name + "_cuda.cu"] = deviceMaps(spec, roles, fused);
   files[name + "/manifest.json"] = manifest.str();
   return files;
 }

@@ -19,9 +19,15 @@
 //
 // Chunk products run on tensor cores (mma.sync m16n8k8 tf32, fp32 accumulators); fp32 inputs use
 // 3xTF32 for ~fp32 accuracy.
+//
+// The Roles policy (chunk_roles.cuh) says where q, k, decay and beta come from: the tensors of
+// ChunkFwdParams (MaterializedRoles), or a variant's spec expressions evaluated from its raw
+// operands while the chunk is loaded, with q / k optionally L2-normalised in shared memory (the
+// prologue fused into the kernel; the generated policies live in generated/<variant>/).
 #pragma once
 
 #include "../common/recurrence.h"
+#include "chunk_roles.cuh"
 #include "tile.cuh"
 
 #include <type_traits>
@@ -35,6 +41,7 @@ struct ChunkFwdParams {
   const T* v;          // [B, T, H, dv]
   const float* g;      // None: null; Fixed [H]; Scalar [B, T, H]; Diagonal [B, T, H, dk]
   const float* beta;   // [B, T, H] (delta)
+  RoleOperands qRole, kRole, decayRole, betaRole;  // raw operands of the roles Roles computes
   const float* u;      // [H, dk] (exclusive_bonus)
   const float* h0;     // [N, H, dk, dv] or null
   T* o;                // [B, T, H, dv]
@@ -88,7 +95,7 @@ struct ChunkConfig {
   static constexpr int BV = fits(C, 64) ? 64 : 32;
 };
 
-template <typename T, int DK, int BV, int C, bool DELTA, bool DIAG>
+template <typename T, int DK, int BV, int C, bool DELTA, bool DIAG, class Roles = MaterializedRoles>
 __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const ChunkFwdParams<T> p) {
   using namespace tile;
   using L = ChunkSmem<DK, BV, C, DELTA, DIAG>;
@@ -124,7 +131,16 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     len = p.seq_len;
   }
   const bool excl = p.exclusive != 0;
-  const float gfix = (p.decay == int(DecayClass::Fixed)) ? p.g[h] : 0.f;
+  // Operand j of a computed role at token `tok` (an index into the packed [B * T] tokens).
+  const int64_t bIndex = p.cu_seqlens ? 0 : n;
+  auto roleAt = [&](const RoleOperands& role, int64_t tok, int c) {
+    return RoleAt{role, bIndex, tok - bIndex * p.seq_len, h, c};
+  };
+  float gfix = 0.f;
+  if (p.decay == int(DecayClass::Fixed)) {
+    if constexpr (Roles::kComputeDecay) gfix = Roles::decay(roleAt(p.decayRole, bos, 0));
+    else gfix = p.g[h];
+  }
   auto ex = [](float x) { return Precise ? expf(x) : __expf(x); };
 
   // Accessors into the chunk's cumulative log-decays.
@@ -190,29 +206,48 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
   };
 
   // Register-staged loads of the next chunk overlap the current chunk's compute.
+  // Materialised roles stage their raw elements, computed ones their values (the unused kind of
+  // fetcher of each role is never touched and costs no registers).
   ChunkFetcher<T, C, DK, kChunkThreads> fq, fk;
   ChunkFetcher<T, C, BV, kChunkThreads> fv;
   ChunkFetcher<float, C, (DIAG ? DK : 4), kChunkThreads> fg;  // DIAG only
+  RoleFetcher<C, DK, kChunkThreads> rq, rk, rg;               // computed q, k, diagonal decay
   float gs0 = 0.f, gs1 = 0.f, beta_r = 0.f;                  // scalar decays (warp 0), beta
   auto fetch = [&](int64_t c0) {
     const int lc = int((len - c0) < C ? (len - c0) : int64_t(C));
     const int64_t tk = bos + c0;
-    fq.fetch(p.q + (tk * H + h) * DK, int64_t(H) * DK, lc);
-    fk.fetch(p.k + (tk * H + h) * DK, int64_t(H) * DK, lc);
+    if constexpr (Roles::kComputeQ)
+      rq.fetch(lc, [&](int t, int c) { return Roles::q(roleAt(p.qRole, tk + t, c)); });
+    else
+      fq.fetch(p.q + (tk * H + h) * DK, int64_t(H) * DK, lc);
+    if constexpr (Roles::kComputeK)
+      rk.fetch(lc, [&](int t, int c) { return Roles::k(roleAt(p.kRole, tk + t, c)); });
+    else
+      fk.fetch(p.k + (tk * H + h) * DK, int64_t(H) * DK, lc);
     fv.fetch(p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
-    if constexpr (DIAG) {
+    if constexpr (DIAG && Roles::kComputeDecay) {
+      rg.fetch(lc, [&](int t, int c) { return Roles::decay(roleAt(p.decayRole, tk + t, c)); });
+    } else if constexpr (DIAG) {
       fg.fetch(p.g + (tk * H + h) * DK, int64_t(H) * DK, lc);
     } else if (warp == 0) {
       auto gval = [&](int t) -> float {
         if (t >= lc) return 0.f;
-        if (p.decay == int(DecayClass::Scalar)) return p.g[(tk + t) * H + h];
+        if (p.decay == int(DecayClass::Scalar)) {
+          if constexpr (Roles::kComputeDecay) return Roles::decay(roleAt(p.decayRole, tk + t, 0));
+          else return p.g[(tk + t) * H + h];
+        }
         return gfix;  // Fixed, or 0 for None
       };
       gs0 = gval(lane);
       gs1 = (C > 32) ? gval(lane + 32) : 0.f;
     }
     if constexpr (DELTA) {
-      if (tid < C) beta_r = (tid < lc) ? p.beta[(tk + tid) * H + h] : 0.f;
+      if (tid < C && tid < lc) {
+        if constexpr (Roles::kComputeBeta) beta_r = Roles::beta(roleAt(p.betaRole, tk + tid, 0));
+        else beta_r = p.beta[(tk + tid) * H + h];
+      } else if (tid < C) {
+        beta_r = 0.f;
+      }
     }
   };
   if (len > 0) fetch(0);
@@ -223,10 +258,13 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     __syncthreads();  // the previous chunk is done with every buffer but sS
 
     // ---- P0: commit the staged chunk, prefetch the next, cumulate log-decays ----------------
-    fq.commit(sQ, L::LDK);
-    fk.commit(sK, L::LDK);
+    if constexpr (Roles::kComputeQ) rq.commit(sQ, L::LDK);
+    else fq.commit(sQ, L::LDK);
+    if constexpr (Roles::kComputeK) rk.commit(sK, L::LDK);
+    else fk.commit(sK, L::LDK);
     fv.commit(sV, L::LDV);
-    if constexpr (DIAG) fg.commit(sB, L::LDK);
+    if constexpr (DIAG && Roles::kComputeDecay) rg.commit(sB, L::LDK);
+    else if constexpr (DIAG) fg.commit(sB, L::LDK);
     if constexpr (DELTA) {
       if (tid < C) sBeta[tid] = beta_r;
     }
@@ -255,6 +293,11 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
       }
     }
     __syncthreads();
+    if constexpr (Roles::kNormQ || Roles::kNormK) {  // the fused prologue's L2 norm of q / k
+      if constexpr (Roles::kNormQ) l2NormalizeRows<DK>(sQ, L::LDK, C, warp, kChunkWarps);
+      if constexpr (Roles::kNormK) l2NormalizeRows<DK>(sK, L::LDK, C, warp, kChunkWarps);
+      __syncthreads();
+    }
 
     if (excl) {  // bonus[t] = sum_c q_tc u_c k_tc
       for (int t = warp; t < C; t += kChunkWarps) {

@@ -7,14 +7,14 @@
 
 namespace linac::kernels::cuda {
 
-template <typename T, int DK, bool DELTA, bool DIAG>
+template <typename T, int DK, bool DELTA, bool DIAG, class Roles = MaterializedRoles>
 void launchChunkForwardT(const ChunkFwdParams<T>& p, int num_seqs, cudaStream_t stream) {
   using Cfg = ChunkConfig<DK, DELTA, DIAG>;
   constexpr int C = Cfg::C, BV = Cfg::BV;
   using L = ChunkSmem<DK, BV, C, DELTA, DIAG>;
   LINAC_REQUIRE(p.value_dim % BV == 0,
                 "chunkForward: value_dim must be a multiple of " + std::to_string(BV));
-  auto kernel = chunkForwardKernel<T, DK, BV, C, DELTA, DIAG>;
+  auto kernel = chunkForwardKernel<T, DK, BV, C, DELTA, DIAG, Roles>;
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(L::bytes)));
   const dim3 grid(p.value_dim / BV, p.heads, num_seqs);

@@ -1,0 +1,94 @@
+// How the chunk forward skeleton (chunk_forward.cuh) obtains q, k, decay and beta: a `Roles`
+// policy type chosen at instantiation.
+//   MaterializedRoles  reads them from tensors the caller computed (the kernel library's own
+//                      instantiations, used by ops::recurrence);
+//   a generated policy (generated/<variant>/<variant>_cuda.cu) computes the ones its spec defines
+//                      by expressions from the raw operands (kernels/common/fused.h), while the
+//                      chunk is loaded, and may L2-normalise the q / k tiles in shared memory.
+// A policy declares:
+//   kKind                               the variant's RecurrenceKind
+//   kComputeQ, kComputeK                q / k computed per (token, channel) by q(at) / k(at)
+//   kNormQ, kNormK                      the q / k tile is L2-normalised per row in the kernel
+//   kComputeDecay, kComputeBeta         decay(at) / beta(at), per element of the decay class
+// where `at` is a RoleAt: at(j) is operand j of the role at the element being computed.
+#pragma once
+
+#include "../common/fused.h"
+#include "tile.cuh"
+
+namespace linac::kernels::cuda {
+
+/// The q, k, g and beta tensors of ChunkFwdParams are read as given.
+struct MaterializedRoles {
+  static constexpr bool kComputeQ = false, kComputeK = false;
+  static constexpr bool kNormQ = false, kNormK = false;
+  static constexpr bool kComputeDecay = false, kComputeBeta = false;
+};
+
+/// A role's operands at one (batch, token, head, channel) position; at(j) reads operand j as fp32.
+struct RoleAt {
+  const RoleOperands& role;
+  int64_t b, t;
+  int h, c;
+
+  __device__ __forceinline__ float operator()(int j) const {
+    const FusedOperand& x = role.operands[j];
+    const int64_t at = b * x.strides[0] + t * x.strides[1] + int64_t(h) * x.strides[2] +
+                       int64_t(c) * x.strides[3];
+    switch (x.dtype) {
+      case DType::BF16: return tile::toF32(__ldg(static_cast<const __nv_bfloat16*>(x.data) + at));
+      case DType::F16: return tile::toF32(__ldg(static_cast<const __half*>(x.data) + at));
+      case DType::F32: break;
+    }
+    return __ldg(static_cast<const float*>(x.data) + at);
+  }
+};
+
+/// Register-staged [ROWS x COLS] chunk of a computed role: fetch() evaluates value(r, c) for this
+/// thread's elements (rows >= rows_valid give 0), commit() stores them to fp32 shared memory.
+/// Consecutive threads take consecutive columns, so operand reads coalesce. Whole block calls.
+template <int ROWS, int COLS, int NTHREADS>
+struct RoleFetcher {
+  static constexpr int TOTAL = ROWS * COLS;
+  static constexpr int ITERS = (TOTAL + NTHREADS - 1) / NTHREADS;
+  float vals[ITERS];
+
+  template <typename Value>
+  __device__ __forceinline__ void fetch(int rows_valid, Value&& value) {
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int i = threadIdx.x + it * NTHREADS;
+      const int r = i / COLS, c = i - r * COLS;
+      vals[it] = (i < TOTAL && r < rows_valid) ? value(r, c) : 0.f;
+    }
+  }
+  __device__ __forceinline__ void commit(float* __restrict__ dst, int lds) const {
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int i = threadIdx.x + it * NTHREADS;
+      if (i >= TOTAL) break;
+      const int r = i / COLS, c = i - r * COLS;
+      dst[r * lds + c] = vals[it];
+    }
+  }
+};
+
+/// Row t of a [rows x COLS] fp32 shared tile (leading dimension lds) divided by
+/// sqrt(sum of squares + kL2NormEps), for every row; one warp per row at a time. Zero rows stay 0.
+template <int COLS>
+__device__ __forceinline__ void l2NormalizeRows(float* tile, int lds, int rows, int warp, int warps) {
+  const int lane = threadIdx.x & 31;
+  for (int t = warp; t < rows; t += warps) {
+    float* row = tile + t * lds;
+    float ss = 0.f;
+#pragma unroll
+    for (int c = lane; c < COLS; c += 32) ss += row[c] * row[c];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float inv = 1.f / sqrtf(ss + kL2NormEps);
+#pragma unroll
+    for (int c = lane; c < COLS; c += 32) row[c] *= inv;
+  }
+}
+
+}  // namespace linac::kernels::cuda

@@ -1,0 +1,59 @@
+// The recurrence of a compiled variant from its raw operands, with the prologue fused into the
+// chunk forward where the variant's generated code allows it (runtime::FusedPlan).
+//
+// The caller passes the spec's values by name: inputs as the layer produced them (the q / k input
+// of a plan with normQ / normK *not* L2-normalised), parameters, and the structural names the
+// expressions read (head, layer, num_layers...), each in field layout [B|1, T|1, H|1, d|1], any
+// float dtype. The op derives q, k, v, decay, beta and u from them:
+//   in the kernel   CUDA tensors, fp32 or bf16 tiles, dk in {64, 128, 256}, dv a multiple of 64,
+//                   and a fused forward linked in: one kernel launch reads the raw operands
+//                   (generated/<variant>/<variant>_cuda.cu);
+//   composed        otherwise: the prologue maps and torch's L2 norm materialise the roles, then
+//                   ops::recurrence (the same values up to rounding; CPU, fp16, other head dims).
+// Backward recomputes the roles from the saved raw operands (maps, L2 norm), runs the recurrence's
+// backward kernels, and applies the chain rule through the roles with autograd.
+#pragma once
+
+#include "registry/registry.h"
+
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+namespace linac::prologue {
+
+/// The spec's values by name (see above).
+using Operands = std::map<std::string, torch::Tensor>;
+
+struct FusedOptions {
+  int64_t keyDim = 0;            // dk per head (required)
+  double scale = 1.0;
+  int64_t chunk = 64;
+  bool outputFinalState = false;
+  torch::Tensor h0;              // [N, H, dk, dv] fp32, or undefined
+  torch::Tensor cuSeqlens;       // int64 [N + 1] (B = 1), or undefined
+  bool allowInKernel = true;     // false: always composed (benchmarks compare the two)
+};
+
+/// A role's value reshaped to the kernels' layout (recurrence.h): q / k [B, T, H, dk],
+/// v [B, T, H, dv], beta [B, T, H], u [H, dk], decay by class ([H] / [B, T, H] / [B, T, H, dk]).
+/// Vector state: v and decay [B, T, H * dv].
+torch::Tensor roleLayout(const std::string& role, const torch::Tensor& value, int64_t batch,
+                         int64_t seqLen, int64_t heads, int64_t keyDim, int64_t valueDim,
+                         const runtime::VariantKernels& variant);
+
+/// True when fusedRecurrence runs the prologue inside the CUDA chunk kernel for `operands`.
+bool runsInKernel(const runtime::VariantKernels& variant, const Operands& operands,
+                  const FusedOptions& options);
+
+/// o [B, T, H, dv] in the v tile's dtype, and ht [N, H, dk, dv] fp32 when requested (else
+/// undefined). Differentiable with respect to every operand and h0. Throws std::invalid_argument
+/// when the variant's plan is not available (runtime::FusedPlan::available) or an operand is
+/// missing or misshapen.
+std::pair<torch::Tensor, torch::Tensor> fusedRecurrence(const runtime::VariantKernels& variant,
+                                                        const Operands& operands,
+                                                        const FusedOptions& options);
+
+}  // namespace linac::prologue
