@@ -25,7 +25,7 @@
 #     Each side has the GPU to itself while it is timed.
 #
 # Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
-# (default: every op), WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
+# (default: every op), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
 # models), SANITIZE_FUSED (specs whose fused prologue path `linac verify` runs under compute-sanitizer
@@ -97,10 +97,12 @@ prepare() {
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  local lab_args=(--quick --no-bench)
+  local lab_args=(--quick --no-bench) lab_pid=
   [ "${LAB:-quick}" = full ] && lab_args=(--no-bench)
-  OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
-  local lab_pid=$!
+  if [ "${LAB:-quick}" != none ]; then
+    OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
+    lab_pid=$!
+  fi
 
   : > "$OUT/verify.log"
   for n in $VERIFY_SPECS; do
@@ -116,7 +118,7 @@ prepare() {
     echo "memcheck fused $n rc=$? $(grep -E "ERROR SUMMARY" /tmp/sanitize_fused.log | tail -1) $(tail -1 /tmp/sanitize_fused.log)"
     cat /tmp/sanitize_fused.log >> "$OUT/verify.log"
   done
-  wait "$lab_pid"
+  [ -n "$lab_pid" ] && wait "$lab_pid"
   grep -E "memcheck rc|racecheck rc|lab rc|ERROR SUMMARY|FAIL|compile failed|build took" /tmp/lab.log | head -24
   cat /tmp/lab.log /tmp/linac-lab/sanitizer.log > "$OUT/lab.log" 2>/dev/null
 

@@ -322,7 +322,8 @@ std::pair<torch::Tensor, torch::Tensor> fusedRecurrence(const runtime::VariantKe
     auto optional = [](const torch::Tensor& t) {
       return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
     };
-    const variable_list out = FusedFunction::apply(tensors, optional(options.h0),
+    // As a TensorList, so autograd gives each operand an edge (a std::vector would be opaque).
+    const variable_list out = FusedFunction::apply(at::TensorList(tensors), optional(options.h0),
                                                    optional(options.cuSeqlens), &variant, names,
                                                    &options);
     return {out[0], options.outputFinalState ? out[1] : torch::Tensor()};

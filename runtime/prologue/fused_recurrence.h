@@ -1,6 +1,9 @@
 // The recurrence of a compiled variant from its raw operands, with the prologue fused into the
 // chunk forward where the variant's generated code allows it (runtime::FusedPlan).
 //
+// q and k are in the kernel dtype (the v tile's) whether read, normalised or computed: a normalised
+// or computed q / k is rounded to it, as a materialised tile would be; decay and beta are fp32.
+//
 // The caller passes the spec's values by name: inputs as the layer produced them (the q / k input
 // of a plan with normQ / normK *not* L2-normalised), parameters, and the structural names the
 // expressions read (head, layer, num_layers...), each in field layout [B|1, T|1, H|1, d|1], any

@@ -291,9 +291,11 @@ void fusedSection(Report& report, const spec::VariantSpec& spec, const runtime::
   };
   auto eval = [&](const spec::ExprPtr& e) { return oracle::evalExpr(*e, ref, spec.defs); };
   const bool decayed = kernels.kind.decay != kernels::DecayClass::None && r.decay;
-  oracle::RecurrenceInputs oi{layout("q", eval(r.q)),
-                              layout("k", eval(r.k)),
-                              layout("v", eval(r.v)),
+  // q, k, v as the kernel holds them: in its dtype (fusedRecurrence's semantics).
+  auto rounded = [&](const torch::Tensor& t) { return t.to(type).to(torch::kFloat64); };
+  oracle::RecurrenceInputs oi{rounded(layout("q", eval(r.q))),
+                              rounded(layout("k", eval(r.k))),
+                              rounded(layout("v", eval(r.v))),
                               decayed ? layout("decay", eval(r.decay)) : torch::Tensor(),
                               r.update == spec::UpdateKind::Delta ? layout("beta", eval(r.beta)) : torch::Tensor(),
                               r.bonus.empty() ? torch::Tensor()

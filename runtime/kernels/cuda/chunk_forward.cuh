@@ -217,11 +217,11 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     const int lc = int((len - c0) < C ? (len - c0) : int64_t(C));
     const int64_t tk = bos + c0;
     if constexpr (Roles::kComputeQ)
-      rq.fetch(lc, [&](int t, int c) { return Roles::q(roleAt(p.qRole, tk + t, c)); });
+      rq.fetch(lc, [&](int t, int c) { return roundTo<T>(Roles::q(roleAt(p.qRole, tk + t, c))); });
     else
       fq.fetch(p.q + (tk * H + h) * DK, int64_t(H) * DK, lc);
     if constexpr (Roles::kComputeK)
-      rk.fetch(lc, [&](int t, int c) { return Roles::k(roleAt(p.kRole, tk + t, c)); });
+      rk.fetch(lc, [&](int t, int c) { return roundTo<T>(Roles::k(roleAt(p.kRole, tk + t, c))); });
     else
       fk.fetch(p.k + (tk * H + h) * DK, int64_t(H) * DK, lc);
     fv.fetch(p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     }
     __syncthreads();
     if constexpr (Roles::kNormQ || Roles::kNormK) {  // the fused prologue's L2 norm of q / k
-      if constexpr (Roles::kNormQ) l2NormalizeRows<DK>(sQ, L::LDK, C, warp, kChunkWarps);
-      if constexpr (Roles::kNormK) l2NormalizeRows<DK>(sK, L::LDK, C, warp, kChunkWarps);
+      if constexpr (Roles::kNormQ) l2NormalizeRows<T, DK>(sQ, L::LDK, C, warp, kChunkWarps);
+      if constexpr (Roles::kNormK) l2NormalizeRows<T, DK>(sK, L::LDK, C, warp, kChunkWarps);
       __syncthreads();
     }
 

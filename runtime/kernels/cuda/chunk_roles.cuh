@@ -9,6 +9,8 @@
 //   kKind                               the variant's RecurrenceKind
 //   kComputeQ, kComputeK                q / k computed per (token, channel) by q(at) / k(at)
 //   kNormQ, kNormK                      the q / k tile is L2-normalised per row in the kernel
+// Computed and normalised q / k are rounded to the kernel's element type, as a tile of that dtype
+// would be (decay and beta stay fp32, as their materialised tensors are).
 //   kComputeDecay, kComputeBeta         decay(at) / beta(at), per element of the decay class
 // where `at` is a RoleAt: at(j) is operand j of the role at the element being computed.
 #pragma once
@@ -73,9 +75,18 @@ struct RoleFetcher {
   }
 };
 
+/// x rounded to the element type T and back (identity for fp32): a computed or normalised q / k
+/// holds the values a materialised tile of dtype T would, so the backward (which recomposes the
+/// roles in T) differentiates the forward that ran.
+template <typename T>
+__device__ __forceinline__ float roundTo(float x) {
+  return tile::toF32<T>(tile::fromF32<T>(x));
+}
+
 /// Row t of a [rows x COLS] fp32 shared tile (leading dimension lds) divided by
-/// sqrt(sum of squares + kL2NormEps), for every row; one warp per row at a time. Zero rows stay 0.
-template <int COLS>
+/// sqrt(sum of squares + kL2NormEps) and rounded to T, for every row; one warp per row at a time.
+/// Zero rows stay 0.
+template <typename T, int COLS>
 __device__ __forceinline__ void l2NormalizeRows(float* tile, int lds, int rows, int warp, int warps) {
   const int lane = threadIdx.x & 31;
   for (int t = warp; t < rows; t += warps) {
@@ -87,7 +98,7 @@ __device__ __forceinline__ void l2NormalizeRows(float* tile, int lds, int rows, 
     for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     const float inv = 1.f / sqrtf(ss + kL2NormEps);
 #pragma unroll
-    for (int c = lane; c < COLS; c += 32) row[c] *= inv;
+    for (int c = lane; c < COLS; c += 32) row[c] = roundTo<T>(row[c] * inv);
   }
 }
 
