@@ -107,9 +107,11 @@ kernels::DType kernelDtype(torch::ScalarType t) {
 
 /// The operands of computed `role` as the kernel reads them: strided, broadcast by stride 0.
 /// `channels` is the extent of the last dim the role varies over (dk, or 1 per token / head).
+/// The first operand that is a full contiguous [B, T, H, dk] tensor of the kernel dtype becomes
+/// the role's tile operand (prefetched like a q / k tile; kernels/common/fused.h).
 kernels::RoleOperands roleOperands(const runtime::VariantKernels& variant, const Operands& operands,
                                    const std::string& role, const Dims& d, int64_t channels,
-                                   const torch::Device& device) {
+                                   const torch::Device& device, torch::ScalarType kernelType) {
   const runtime::PrologueMap* map = variant.find(role);
   if (!map) fail(variant, "the generated code has no '" + role + "' function; regenerate generated/");
   if (map->args.size() > size_t(kernels::kMaxRoleOperands))
@@ -134,6 +136,10 @@ kernels::RoleOperands roleOperands(const runtime::VariantKernels& variant, const
                           std::to_string(dim) + ", expected 1 or " + std::to_string(full[dim]));
       x.strides[dim] = t.size(dim) == 1 ? 0 : t.stride(dim);
     }
+    const bool full = t.size(0) == d.batch && t.size(1) == d.seqLen && t.size(2) == d.heads &&
+                      t.size(3) == channels;
+    if (out.tile < 0 && channels > 1 && full && t.is_contiguous() && t.scalar_type() == kernelType)
+      out.tile = int(j);
   }
   return out;
 }
@@ -172,13 +178,15 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     a.q = q.defined() ? q.data_ptr() : nullptr;
     a.k = k.defined() ? k.data_ptr() : nullptr;
     a.v = v.data_ptr();
-    if (plan.qTile.empty()) a.qRole = roleOperands(*variant, operands, "q", d, d.keyDim, device);
-    if (plan.kTile.empty()) a.kRole = roleOperands(*variant, operands, "k", d, d.keyDim, device);
+    const auto type = v.scalar_type();
+    if (plan.qTile.empty()) a.qRole = roleOperands(*variant, operands, "q", d, d.keyDim, device, type);
+    if (plan.kTile.empty()) a.kRole = roleOperands(*variant, operands, "k", d, d.keyDim, device, type);
     if (variant->kind.decay != DecayClass::None)
       a.decay = roleOperands(*variant, operands, "decay", d,
-                             variant->kind.decay == DecayClass::Diagonal ? d.keyDim : 1, device);
+                             variant->kind.decay == DecayClass::Diagonal ? d.keyDim : 1, device,
+                             type);
     if (variant->kind.update == kernels::UpdateRule::Delta)
-      a.beta = roleOperands(*variant, operands, "beta", d, 1, device);
+      a.beta = roleOperands(*variant, operands, "beta", d, 1, device, type);
     a.u = u.defined() ? u.data_ptr<float>() : nullptr;
     a.h0 = h0.defined() ? h0.data_ptr<float>() : nullptr;
     a.scale = float(options->scale);

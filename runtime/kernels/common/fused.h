@@ -34,9 +34,13 @@ struct FusedOperand {
 };
 
 /// The operands of one computed role, in the order of the generated function's arguments.
+/// A per-channel role (q, k, diagonal decay) may name one `tile` operand: per token and channel,
+/// in the kernel's dtype, contiguous [B, T, H, dk]; the kernel prefetches it like a q / k tile.
+/// Its other operands are read where the role is evaluated.
 struct RoleOperands {
   FusedOperand operands[kMaxRoleOperands];
   int count = 0;
+  int tile = -1;  // index of the tile operand, or -1
 };
 
 /// Arguments of a fused chunk forward. Shape, h0, o, ht, scale and cu_seqlens as in

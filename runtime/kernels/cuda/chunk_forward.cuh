@@ -211,22 +211,33 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
   ChunkFetcher<T, C, DK, kChunkThreads> fq, fk;
   ChunkFetcher<T, C, BV, kChunkThreads> fv;
   ChunkFetcher<float, C, (DIAG ? DK : 4), kChunkThreads> fg;  // DIAG only
-  RoleFetcher<C, DK, kChunkThreads> rq, rk, rg;               // computed q, k, diagonal decay
+  RoleFetcher<T, C, DK, kChunkThreads> rq, rk, rg;            // computed q, k, diagonal decay
+  // The tile operand of a computed role at token `tok` (null when the role has none).
+  auto tileOf = [&](const RoleOperands& role, int64_t tok) -> const T* {
+    if (role.tile < 0) return nullptr;
+    const FusedOperand& x = role.operands[role.tile];
+    return static_cast<const T*>(x.data) + bIndex * x.strides[0] +
+           (tok - bIndex * p.seq_len) * x.strides[1] + int64_t(h) * x.strides[2];
+  };
+  // The value of computed `Role` at (chunk row t, channel c) with the tile operand's element x.
+  auto computed = [&](const RoleOperands& role, int64_t tok0, auto&& fn) {
+    return [&, tok0](int t, int c, float x) {
+      RoleAt at = roleAt(role, tok0 + t, c);
+      at.tileValue = x;
+      return fn(at);
+    };
+  };
   float gs0 = 0.f, gs1 = 0.f, beta_r = 0.f;                  // scalar decays (warp 0), beta
   auto fetch = [&](int64_t c0) {
     const int lc = int((len - c0) < C ? (len - c0) : int64_t(C));
     const int64_t tk = bos + c0;
-    if constexpr (Roles::kComputeQ)
-      rq.fetch(lc, [&](int t, int c) { return roundTo<T>(Roles::q(roleAt(p.qRole, tk + t, c))); });
-    else
-      fq.fetch(p.q + (tk * H + h) * DK, int64_t(H) * DK, lc);
-    if constexpr (Roles::kComputeK)
-      rk.fetch(lc, [&](int t, int c) { return roundTo<T>(Roles::k(roleAt(p.kRole, tk + t, c))); });
-    else
-      fk.fetch(p.k + (tk * H + h) * DK, int64_t(H) * DK, lc);
+    if constexpr (Roles::kComputeQ) rq.fetch(tileOf(p.qRole, tk), int64_t(H) * DK, lc);
+    else fq.fetch(p.q + (tk * H + h) * DK, int64_t(H) * DK, lc);
+    if constexpr (Roles::kComputeK) rk.fetch(tileOf(p.kRole, tk), int64_t(H) * DK, lc);
+    else fk.fetch(p.k + (tk * H + h) * DK, int64_t(H) * DK, lc);
     fv.fetch(p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
     if constexpr (DIAG && Roles::kComputeDecay) {
-      rg.fetch(lc, [&](int t, int c) { return Roles::decay(roleAt(p.decayRole, tk + t, c)); });
+      rg.fetch(tileOf(p.decayRole, tk), int64_t(H) * DK, lc);
     } else if constexpr (DIAG) {
       fg.fetch(p.g + (tk * H + h) * DK, int64_t(H) * DK, lc);
     } else if (warp == 0) {
@@ -258,13 +269,19 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     __syncthreads();  // the previous chunk is done with every buffer but sS
 
     // ---- P0: commit the staged chunk, prefetch the next, cumulate log-decays ----------------
-    if constexpr (Roles::kComputeQ) rq.commit(sQ, L::LDK);
-    else fq.commit(sQ, L::LDK);
-    if constexpr (Roles::kComputeK) rk.commit(sK, L::LDK);
-    else fk.commit(sK, L::LDK);
+    if constexpr (Roles::kComputeQ)
+      rq.commit(sQ, L::LDK, computed(p.qRole, tok0, [](const RoleAt& at) { return roundTo<T>(Roles::q(at)); }));
+    else
+      fq.commit(sQ, L::LDK);
+    if constexpr (Roles::kComputeK)
+      rk.commit(sK, L::LDK, computed(p.kRole, tok0, [](const RoleAt& at) { return roundTo<T>(Roles::k(at)); }));
+    else
+      fk.commit(sK, L::LDK);
     fv.commit(sV, L::LDV);
-    if constexpr (DIAG && Roles::kComputeDecay) rg.commit(sB, L::LDK);
-    else if constexpr (DIAG) fg.commit(sB, L::LDK);
+    if constexpr (DIAG && Roles::kComputeDecay)
+      rg.commit(sB, L::LDK, computed(p.decayRole, tok0, [](const RoleAt& at) { return Roles::decay(at); }));
+    else if constexpr (DIAG)
+      fg.commit(sB, L::LDK);
     if constexpr (DELTA) {
       if (tid < C) sBeta[tid] = beta_r;
     }

@@ -27,13 +27,16 @@ struct MaterializedRoles {
   static constexpr bool kComputeDecay = false, kComputeBeta = false;
 };
 
-/// A role's operands at one (batch, token, head, channel) position; at(j) reads operand j as fp32.
+/// A role's operands at one (batch, token, head, channel) position; at(j) reads operand j as fp32
+/// (the role's tile operand, when it has one, comes prefetched in `tileValue`).
 struct RoleAt {
   const RoleOperands& role;
   int64_t b, t;
   int h, c;
+  float tileValue = 0.f;
 
   __device__ __forceinline__ float operator()(int j) const {
+    if (j == role.tile) return tileValue;
     const FusedOperand& x = role.operands[j];
     const int64_t at = b * x.strides[0] + t * x.strides[1] + int64_t(h) * x.strides[2] +
                        int64_t(c) * x.strides[3];
@@ -46,31 +49,45 @@ struct RoleAt {
   }
 };
 
-/// Register-staged [ROWS x COLS] chunk of a computed role: fetch() evaluates value(r, c) for this
-/// thread's elements (rows >= rows_valid give 0), commit() stores them to fp32 shared memory.
-/// Consecutive threads take consecutive columns, so operand reads coalesce. Whole block calls.
-template <int ROWS, int COLS, int NTHREADS>
+/// Register-staged [ROWS x COLS] chunk of a computed per-channel role (q, k, diagonal decay).
+/// fetch() issues 16-byte loads of the role's tile operand (`RoleOperands::tile`: dtype T,
+/// contiguous [.., COLS] rows) into registers, as a q / k tile is staged, so the loads overlap the
+/// current chunk's compute; commit(value) evaluates value(r, c, x), x the tile operand's element
+/// (0 without one), and stores it to fp32 shared memory. Rows >= rows_valid store 0 (a padded
+/// token's role is 0, whatever its expression gives at 0). Whole block calls.
+template <typename T, int ROWS, int COLS, int NTHREADS>
 struct RoleFetcher {
-  static constexpr int TOTAL = ROWS * COLS;
+  static constexpr int V = tile::kVec<T>;
+  static constexpr int VPR = COLS / V;  // vectors per row
+  static constexpr int TOTAL = ROWS * VPR;
   static constexpr int ITERS = (TOTAL + NTHREADS - 1) / NTHREADS;
-  float vals[ITERS];
+  static_assert(COLS % V == 0, "row length must be a multiple of the 16-byte vector");
+  uint4 regs[ITERS];
+  int valid = 0;
 
-  template <typename Value>
-  __device__ __forceinline__ void fetch(int rows_valid, Value&& value) {
+  /// `src` is the tile operand at the chunk's first token (null: the role has none).
+  __device__ __forceinline__ void fetch(const T* __restrict__ src, int64_t row_stride, int rows_valid) {
+    valid = rows_valid;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int i = threadIdx.x + it * NTHREADS;
-      const int r = i / COLS, c = i - r * COLS;
-      vals[it] = (i < TOTAL && r < rows_valid) ? value(r, c) : 0.f;
+      const int r = i / VPR, c = (i - r * VPR) * V;
+      regs[it] = make_uint4(0u, 0u, 0u, 0u);
+      if (src && i < TOTAL && r < rows_valid)
+        regs[it] = __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + c));
     }
   }
-  __device__ __forceinline__ void commit(float* __restrict__ dst, int lds) const {
+  template <typename Value>
+  __device__ __forceinline__ void commit(float* __restrict__ dst, int lds, Value&& value) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int i = threadIdx.x + it * NTHREADS;
       if (i >= TOTAL) break;
-      const int r = i / COLS, c = i - r * COLS;
-      dst[r * lds + c] = vals[it];
+      const int r = i / VPR, c = (i - r * VPR) * V;
+      const T* e = reinterpret_cast<const T*>(&regs[it]);
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        dst[r * lds + c + j] = r < valid ? value(r, c + j, tile::toF32<T>(e[j])) : 0.f;
     }
   }
 };
