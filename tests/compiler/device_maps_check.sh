@@ -1,7 +1,8 @@
 #!/bin/sh
 # Pins the device maps that `linac compile` emits for Gated DeltaNet (generated/<v>/<v>_cuda.cu):
-# strided operands, the partials kernel, the launchers and the registration; and that an operand
-# name that would shadow a kernel local is rejected.
+# strided operands, the partials kernel, the launchers and the registration; the fused-prologue
+# plan and Roles policy (GDN: q / k normalised in the kernel; HGRN2: tied keys computed; HGRN: not
+# fused); and that an operand name that would shadow a kernel local is rejected.
 # usage: device_maps_check.sh LINAC SPECS_DIR OUT_DIR
 set -eu
 linac=$1 specs=$2 out=$3
@@ -22,6 +23,23 @@ expect '  decayForwardKernel<<<blocksFor(count), kThreadsPerBlock, 0, stream>>>(
 expect '  checkLaunch("gated_deltanet decay partials kernel");'
 expect '        {"decay", &decayForward, &decayPartials},'
 expect 'const runtime::DeviceRegistration kDeviceRegistration(&kDeviceMaps);'
+expect '#include "kernels/cuda/chunk_fused.cuh"'
+expect '  static constexpr bool kNormQ = true, kNormK = true;'
+expect '  static constexpr bool kComputeDecay = true, kComputeBeta = true;'
+expect '    return gated_deltanet::decay(at(0), at(1), at(2));'
+expect '  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);'
+expect '    &fusedForward};'
+reg="$out/gated_deltanet/gated_deltanet_register.cpp"
+for line in '{.available = true,' '.qTile = "q",' '.normQ = true,' '.normK = true}};'; do
+  grep -qF -- "$line" "$reg" || { echo "$reg lacks: $line" >&2; exit 1; }
+done
+"$linac" compile "$specs/hgrn2.yaml" --out "$out" > /dev/null
+grep -qF '  static constexpr bool kComputeQ = false, kComputeK = true;' "$out/hgrn2/hgrn2_cuda.cu" || {
+  echo "hgrn2's tied keys are not computed in the fused kernel" >&2; exit 1; }
+"$linac" compile "$specs/hgrn.yaml" --out "$out" > /dev/null
+grep -qF '// Not fused: vector state' "$out/hgrn/hgrn_register.cpp" || {
+  echo "hgrn's registration does not say why it is not fused" >&2; exit 1; }
+if grep -qF 'chunk_fused' "$out/hgrn/hgrn_cuda.cu"; then echo "hgrn includes the fused forward" >&2; exit 1; fi
 grep -qF '"gated_deltanet_cuda.cu"' "$out/gated_deltanet/manifest.json" || {
   echo "the manifest does not list gated_deltanet_cuda.cu" >&2; exit 1; }
 
