@@ -86,7 +86,7 @@ void rawTimings(const spec::VariantSpec& spec, const runtime::VariantKernels& ke
     opt.keyDim = o.headDim;
     opt.scale = 1.0 / std::sqrt(double(o.headDim));
     opt.chunk = kernels.chunk;
-    opt.allowInKernel = inKernel;
+    opt.mode = inKernel ? prologue::FusedMode::InKernel : prologue::FusedMode::Composed;
     const bool fused = prologue::runsInKernel(kernels, raw, opt);
     if (inKernel && !fused) continue;  // CPU, fp16, other head dims: only the composed rows
     const std::string how = fused ? "fused" : "composed";

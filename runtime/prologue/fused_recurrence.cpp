@@ -298,9 +298,16 @@ torch::Tensor roleLayout(const std::string& role, const torch::Tensor& t, int64_
 bool runsInKernel(const runtime::VariantKernels& variant, const Operands& operands,
                   const FusedOptions& options) {
 #ifdef LINAC_HAVE_CUDA
-  if (!options.allowInKernel || !variant.fused.available ||
+  if (options.mode == FusedMode::Composed || !variant.fused.available ||
       !runtime::Registry::findFusedForward(variant))
     return false;
+  if (options.mode == FusedMode::Automatic && torch::GradMode::is_enabled()) {
+    if (options.h0.defined() && options.h0.requires_grad()) return false;
+    for (const std::string& name : usedNames(variant)) {
+      auto it = operands.find(name);
+      if (it != operands.end() && it->second.defined() && it->second.requires_grad()) return false;
+    }
+  }
   auto v = operands.find(variant.fused.vTile);
   if (v == operands.end() || !v->second.defined() || !v->second.is_cuda() || v->second.dim() != 4)
     return false;

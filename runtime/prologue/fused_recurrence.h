@@ -13,8 +13,13 @@
 //                   (generated/<variant>/<variant>_cuda.cu);
 //   composed        otherwise: the prologue maps and torch's L2 norm materialise the roles, then
 //                   ops::recurrence (the same values up to rounding; CPU, fp16, other head dims).
-// Backward recomputes the roles from the saved raw operands (maps, L2 norm), runs the recurrence's
-// backward kernels, and applies the chain rule through the roles with autograd.
+// Backward (in the kernel) recomputes the roles from the saved raw operands (maps, L2 norm), runs
+// the recurrence's backward kernels, and applies the chain rule through the roles with autograd.
+//
+// FusedMode::Automatic runs in the kernel only when no gradient is wanted (inference, evaluation,
+// generation). Training runs composed: its backward kernels read the materialised roles anyway, and
+// on the H200 materialising them once in the forward beat recomputing them in the backward
+// (bench/NOTES.md: fused fwd+bwd 1-4% slower than composed; the 340m models 7-9% slower).
 #pragma once
 
 #include "registry/registry.h"
@@ -30,6 +35,12 @@ namespace linac::prologue {
 /// The spec's values by name (see above).
 using Operands = std::map<std::string, torch::Tensor>;
 
+enum class FusedMode {
+  Automatic,  // in the kernel when possible and no gradient is wanted, else composed
+  InKernel,   // in the kernel whenever possible, gradients included (verify, benchmarks)
+  Composed,   // always composed
+};
+
 struct FusedOptions {
   int64_t keyDim = 0;            // dk per head (required)
   double scale = 1.0;
@@ -37,7 +48,7 @@ struct FusedOptions {
   bool outputFinalState = false;
   torch::Tensor h0;              // [N, H, dk, dv] fp32, or undefined
   torch::Tensor cuSeqlens;       // int64 [N + 1] (B = 1), or undefined
-  bool allowInKernel = true;     // false: always composed (benchmarks compare the two)
+  FusedMode mode = FusedMode::Automatic;
 };
 
 /// A role's value reshaped to the kernels' layout (recurrence.h): q / k [B, T, H, dk],

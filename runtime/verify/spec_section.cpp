@@ -277,6 +277,7 @@ void fusedSection(Report& report, const spec::VariantSpec& spec, const runtime::
   opt.scale = scale;
   opt.chunk = options.chunk ? options.chunk : kernels.chunk;
   opt.outputFinalState = true;
+  opt.mode = prologue::FusedMode::InKernel;  // the fused forward and its backward, where it can run
   torch::Tensor h0 = torch::randn({s.batch, s.heads, s.keyDim, s.valueDim}, torch::kFloat64);
   opt.h0 = h0.to(dev, torch::kFloat32).requires_grad_(true);
   torch::Tensor h0Ref = opt.h0.detach().to(torch::kCPU, torch::kFloat64).requires_grad_(true);

@@ -219,13 +219,9 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
     return static_cast<const T*>(x.data) + bIndex * x.strides[0] +
            (tok - bIndex * p.seq_len) * x.strides[1] + int64_t(h) * x.strides[2];
   };
-  // The value of computed `Role` at (chunk row t, channel c) with the tile operand's element x.
-  auto computed = [&](const RoleOperands& role, int64_t tok0, auto&& fn) {
-    return [&, tok0](int t, int c, float x) {
-      RoleAt at = roleAt(role, tok0 + t, c);
-      at.tileValue = x;
-      return fn(at);
-    };
+  // A computed role's RoleAt at chunk row t (its first token tok0); the fetcher fills the channel.
+  auto rowOf = [&](const RoleOperands& role, int64_t tok0) {
+    return [&, tok0](int t) { return roleAt(role, tok0 + t, 0); };
   };
   float gs0 = 0.f, gs1 = 0.f, beta_r = 0.f;                  // scalar decays (warp 0), beta
   auto fetch = [&](int64_t c0) {
@@ -270,16 +266,16 @@ __global__ void __launch_bounds__(kChunkThreads, 1) chunkForwardKernel(const Chu
 
     // ---- P0: commit the staged chunk, prefetch the next, cumulate log-decays ----------------
     if constexpr (Roles::kComputeQ)
-      rq.commit(sQ, L::LDK, computed(p.qRole, tok0, [](const RoleAt& at) { return roundTo<T>(Roles::q(at)); }));
+      rq.commit(sQ, L::LDK, rowOf(p.qRole, tok0), [](const RoleAt& at) { return roundTo<T>(Roles::q(at)); });
     else
       fq.commit(sQ, L::LDK);
     if constexpr (Roles::kComputeK)
-      rk.commit(sK, L::LDK, computed(p.kRole, tok0, [](const RoleAt& at) { return roundTo<T>(Roles::k(at)); }));
+      rk.commit(sK, L::LDK, rowOf(p.kRole, tok0), [](const RoleAt& at) { return roundTo<T>(Roles::k(at)); });
     else
       fk.commit(sK, L::LDK);
     fv.commit(sV, L::LDV);
     if constexpr (DIAG && Roles::kComputeDecay)
-      rg.commit(sB, L::LDK, computed(p.decayRole, tok0, [](const RoleAt& at) { return Roles::decay(at); }));
+      rg.commit(sB, L::LDK, rowOf(p.decayRole, tok0), [](const RoleAt& at) { return Roles::decay(at); });
     else if constexpr (DIAG)
       fg.commit(sB, L::LDK);
     if constexpr (DELTA) {

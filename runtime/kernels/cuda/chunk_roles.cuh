@@ -28,15 +28,31 @@ struct MaterializedRoles {
 };
 
 /// A role's operands at one (batch, token, head, channel) position; at(j) reads operand j as fp32
-/// (the role's tile operand, when it has one, comes prefetched in `tileValue`).
+/// (the role's tile operand, when it has one, comes prefetched in `tileValue`; operands constant
+/// along the channel can be read once per row into `row` by loadRow()).
 struct RoleAt {
   const RoleOperands& role;
   int64_t b, t;
   int h, c;
   float tileValue = 0.f;
+  float row[kMaxRoleOperands] = {};
+  bool rowLoaded = false;
+
+  /// Reads every operand that does not vary along the channel (per token, per head, scalars).
+  __device__ __forceinline__ void loadRow() {
+#pragma unroll
+    for (int j = 0; j < kMaxRoleOperands; ++j)  // unrolled: `row` stays in registers
+      if (j < role.count && j != role.tile && role.operands[j].strides[3] == 0) row[j] = load(j);
+    rowLoaded = true;
+  }
 
   __device__ __forceinline__ float operator()(int j) const {
     if (j == role.tile) return tileValue;
+    if (rowLoaded && role.operands[j].strides[3] == 0) return row[j];
+    return load(j);
+  }
+
+  __device__ __forceinline__ float load(int j) const {
     const FusedOperand& x = role.operands[j];
     const int64_t at = b * x.strides[0] + t * x.strides[1] + int64_t(h) * x.strides[2] +
                        int64_t(c) * x.strides[3];
@@ -52,9 +68,11 @@ struct RoleAt {
 /// Register-staged [ROWS x COLS] chunk of a computed per-channel role (q, k, diagonal decay).
 /// fetch() issues 16-byte loads of the role's tile operand (`RoleOperands::tile`: dtype T,
 /// contiguous [.., COLS] rows) into registers, as a q / k tile is staged, so the loads overlap the
-/// current chunk's compute; commit(value) evaluates value(r, c, x), x the tile operand's element
-/// (0 without one), and stores it to fp32 shared memory. Rows >= rows_valid store 0 (a padded
-/// token's role is 0, whatever its expression gives at 0). Whole block calls.
+/// current chunk's compute; commit(at, fn) evaluates fn(at) for this thread's elements, with
+/// `at(r)` the role's RoleAt at chunk row r (channel and tile element filled in, operands constant
+/// along the channel read once per vector), and stores it to fp32 shared memory. Rows >=
+/// rows_valid store 0 (a padded token's role is 0, whatever its expression gives at 0).
+/// Whole block calls.
 template <typename T, int ROWS, int COLS, int NTHREADS>
 struct RoleFetcher {
   static constexpr int V = tile::kVec<T>;
@@ -77,17 +95,27 @@ struct RoleFetcher {
         regs[it] = __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + c));
     }
   }
-  template <typename Value>
-  __device__ __forceinline__ void commit(float* __restrict__ dst, int lds, Value&& value) const {
+  template <typename AtRow, typename Fn>
+  __device__ __forceinline__ void commit(float* __restrict__ dst, int lds, AtRow&& atRow, Fn&& fn) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int i = threadIdx.x + it * NTHREADS;
       if (i >= TOTAL) break;
       const int r = i / VPR, c = (i - r * VPR) * V;
       const T* e = reinterpret_cast<const T*>(&regs[it]);
+      if (r >= valid) {
 #pragma unroll
-      for (int j = 0; j < V; ++j)
-        dst[r * lds + c + j] = r < valid ? value(r, c + j, tile::toF32<T>(e[j])) : 0.f;
+        for (int j = 0; j < V; ++j) dst[r * lds + c + j] = 0.f;
+        continue;
+      }
+      RoleAt at = atRow(r);
+      at.loadRow();
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        at.c = c + j;
+        at.tileValue = tile::toF32<T>(e[j]);
+        dst[r * lds + c + j] = fn(at);
+      }
     }
   }
 };
