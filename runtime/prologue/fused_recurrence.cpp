@@ -301,6 +301,9 @@ bool runsInKernel(const runtime::VariantKernels& variant, const Operands& operan
   if (options.mode == FusedMode::Composed || !variant.fused.available ||
       !runtime::Registry::findFusedForward(variant))
     return false;
+  const runtime::FusedPlan& plan = variant.fused;
+  if (options.mode == FusedMode::Automatic && (plan.qTile.empty() || plan.kTile.empty()))
+    return false;  // computed q / k: measured slower in the kernel (fused_recurrence.h)
   if (options.mode == FusedMode::Automatic && torch::GradMode::is_enabled()) {
     if (options.h0.defined() && options.h0.requires_grad()) return false;
     for (const std::string& name : usedNames(variant)) {

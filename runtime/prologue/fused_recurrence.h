@@ -17,9 +17,11 @@
 // the recurrence's backward kernels, and applies the chain rule through the roles with autograd.
 //
 // FusedMode::Automatic runs in the kernel only when no gradient is wanted (inference, evaluation,
-// generation). Training runs composed: its backward kernels read the materialised roles anyway, and
-// on the H200 materialising them once in the forward beat recomputing them in the backward
-// (bench/NOTES.md: fused fwd+bwd 1-4% slower than composed; the 340m models 7-9% slower).
+// generation) and q, k are tiles. Training runs composed: its backward kernels read the
+// materialised roles anyway, and on the H200 materialising them once in the forward beat
+// recomputing them in the backward (bench/NOTES.md: fused fwd+bwd 1-10% slower than composed).
+// Computed (tied) keys run composed too: in the kernel they measured slower (HGRN2 4.10 vs 2.49 ms,
+// Mamba-2 1.33 vs 1.12 ms at B=8 T=4096 H=8 D=128 bf16); FusedMode::InKernel still runs them there.
 #pragma once
 
 #include "registry/registry.h"
