@@ -24,23 +24,9 @@ namespace {
 template <typename T>
 void run(const RecurrenceKind& kind, const RecurrenceShape& s, const RecurrenceForwardArgs& a,
          int num_seqs, cudaStream_t stream) {
-  ChunkFwdParams<T> p{};
-  p.q = static_cast<const T*>(a.q);
-  p.k = static_cast<const T*>(a.k);
-  p.v = static_cast<const T*>(a.v);
+  ChunkFwdParams<T> p = chunkFwdParams<T>(kind, s, a.q, a.k, a.v, a.u, a.h0, a.o, a.ht, a.scale);
   p.g = a.g;
   p.beta = a.beta;
-  p.u = a.u;
-  p.h0 = a.h0;
-  p.o = static_cast<T*>(a.o);
-  p.ht = a.ht;
-  p.cu_seqlens = s.cu_seqlens;
-  p.seq_len = s.seq_len;
-  p.heads = int(s.heads);
-  p.value_dim = int(s.value_dim);
-  p.scale = a.scale;
-  p.decay = int(kind.decay);
-  p.exclusive = kind.readout == Readout::ExclusiveBonus ? 1 : 0;
   launchChunkForward<T>(p, int(s.key_dim), kind.update == UpdateRule::Delta,
                         kind.decay == DecayClass::Diagonal, num_seqs, stream);
 }
@@ -54,14 +40,7 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   LINAC_REQUIRE(kind.update != UpdateRule::Delta || args.beta, "chunkForward: delta needs beta");
   LINAC_REQUIRE(kind.readout != Readout::ExclusiveBonus || args.u,
                 "chunkForward: exclusive_bonus needs u");
-  LINAC_REQUIRE(shape.heads > 0 && shape.seq_len >= 0, "chunkForward: bad shape");
-  int64_t num_seqs = shape.batch;
-  if (shape.cu_seqlens) {
-    LINAC_REQUIRE(shape.batch == 1, "chunkForward: cu_seqlens needs batch == 1");
-    LINAC_REQUIRE(shape.num_seqs > 0, "chunkForward: cu_seqlens needs num_seqs > 0");
-    num_seqs = shape.num_seqs;
-  }
-  LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkForward: grid too large");
+  const int64_t num_seqs = checkedNumSeqs(shape, "chunkForward");
   if (num_seqs == 0) return;
   switch (dtype) {
     case DType::F32: run<float>(kind, shape, args, int(num_seqs), stream); break;

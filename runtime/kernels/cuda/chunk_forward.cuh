@@ -28,8 +28,10 @@
 
 #include "../common/recurrence.h"
 #include "chunk_roles.cuh"
+#include "cuda_check.h"
 #include "tile.cuh"
 
+#include <string>
 #include <type_traits>
 
 namespace linac::kernels::cuda {
@@ -54,6 +56,44 @@ struct ChunkFwdParams {
   int decay;           // DecayClass
   int exclusive;       // Readout == ExclusiveBonus
 };
+
+/// The parameters every launch of the forward shares (q, k, v tiles, u, h0, o, ht, sizes, scale,
+/// kind); the caller adds g / beta or the roles' operands.
+template <typename T>
+ChunkFwdParams<T> chunkFwdParams(const RecurrenceKind& kind, const RecurrenceShape& s, const void* q,
+                                 const void* k, const void* v, const float* u, const float* h0,
+                                 void* o, float* ht, float scale) {
+  ChunkFwdParams<T> p{};
+  p.q = static_cast<const T*>(q);
+  p.k = static_cast<const T*>(k);
+  p.v = static_cast<const T*>(v);
+  p.u = u;
+  p.h0 = h0;
+  p.o = static_cast<T*>(o);
+  p.ht = ht;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.heads = int(s.heads);
+  p.value_dim = int(s.value_dim);
+  p.scale = scale;
+  p.decay = int(kind.decay);
+  p.exclusive = kind.readout == Readout::ExclusiveBonus ? 1 : 0;
+  return p;
+}
+
+/// The number of sequences (grid z) of a forward launch, after checking the shape; `op` names the
+/// caller in the errors.
+inline int64_t checkedNumSeqs(const RecurrenceShape& s, const char* op) {
+  LINAC_REQUIRE(s.heads > 0 && s.seq_len >= 0, std::string(op) + ": bad shape");
+  int64_t num_seqs = s.batch;
+  if (s.cu_seqlens) {
+    LINAC_REQUIRE(s.batch == 1, std::string(op) + ": cu_seqlens needs batch == 1");
+    LINAC_REQUIRE(s.num_seqs > 0, std::string(op) + ": cu_seqlens needs num_seqs > 0");
+    num_seqs = s.num_seqs;
+  }
+  LINAC_REQUIRE(num_seqs <= 65535 && s.heads <= 65535, std::string(op) + ": grid too large");
+  return num_seqs;
+}
 
 constexpr int kChunkWarps = 8;
 constexpr int kChunkThreads = kChunkWarps * 32;

@@ -20,25 +20,12 @@ void launch(const FusedForwardArgs& a, int num_seqs, cudaStream_t stream) {
   constexpr RecurrenceKind kind = Roles::kKind;
   constexpr bool delta = kind.update == UpdateRule::Delta;
   constexpr bool diag = kind.decay == DecayClass::Diagonal;
-  ChunkFwdParams<T> p{};
-  p.q = static_cast<const T*>(a.q);
-  p.k = static_cast<const T*>(a.k);
-  p.v = static_cast<const T*>(a.v);
+  ChunkFwdParams<T> p =
+      chunkFwdParams<T>(kind, a.shape, a.q, a.k, a.v, a.u, a.h0, a.o, a.ht, a.scale);
   p.qRole = a.qRole;
   p.kRole = a.kRole;
   p.decayRole = a.decay;
   p.betaRole = a.beta;
-  p.u = a.u;
-  p.h0 = a.h0;
-  p.o = static_cast<T*>(a.o);
-  p.ht = a.ht;
-  p.cu_seqlens = a.shape.cu_seqlens;
-  p.seq_len = a.shape.seq_len;
-  p.heads = int(a.shape.heads);
-  p.value_dim = int(a.shape.value_dim);
-  p.scale = a.scale;
-  p.decay = int(kind.decay);
-  p.exclusive = kind.readout == Readout::ExclusiveBonus ? 1 : 0;
   switch (a.shape.key_dim) {
     case 64: launchChunkForwardT<T, 64, delta, diag, Roles>(p, num_seqs, stream); break;
     case 128: launchChunkForwardT<T, 128, delta, diag, Roles>(p, num_seqs, stream); break;
@@ -62,7 +49,6 @@ inline bool complete(const RoleOperands& role) {
 template <class Roles>
 void launchFusedChunkForward(const FusedForwardArgs& a, cudaStream_t stream) {
   constexpr RecurrenceKind kind = Roles::kKind;
-  const RecurrenceShape& s = a.shape;
   LINAC_REQUIRE(a.v && a.o, "fused chunk forward: v and o are required");
   LINAC_REQUIRE(Roles::kComputeQ ? fused_detail::complete(a.qRole) : a.q != nullptr,
                 "fused chunk forward: q needs its tile or its operands");
@@ -76,14 +62,7 @@ void launchFusedChunkForward(const FusedForwardArgs& a, cudaStream_t stream) {
                 "fused chunk forward: beta needs its operands");
   LINAC_REQUIRE(kind.readout != Readout::ExclusiveBonus || a.u,
                 "fused chunk forward: exclusive_bonus needs u");
-  LINAC_REQUIRE(s.heads > 0 && s.seq_len >= 0, "fused chunk forward: bad shape");
-  int64_t num_seqs = s.batch;
-  if (s.cu_seqlens) {
-    LINAC_REQUIRE(s.batch == 1 && s.num_seqs > 0,
-                  "fused chunk forward: cu_seqlens needs batch == 1 and num_seqs > 0");
-    num_seqs = s.num_seqs;
-  }
-  LINAC_REQUIRE(num_seqs <= 65535 && s.heads <= 65535, "fused chunk forward: grid too large");
+  const int64_t num_seqs = checkedNumSeqs(a.shape, "fused chunk forward");
   if (num_seqs == 0) return;
   switch (a.dtype) {
     case DType::F32: fused_detail::launch<Roles, float>(a, int(num_seqs), stream); break;

@@ -75,25 +75,15 @@ struct RoleAt {
 /// Whole block calls.
 template <typename T, int ROWS, int COLS, int NTHREADS>
 struct RoleFetcher {
-  static constexpr int V = tile::kVec<T>;
-  static constexpr int VPR = COLS / V;  // vectors per row
-  static constexpr int TOTAL = ROWS * VPR;
-  static constexpr int ITERS = (TOTAL + NTHREADS - 1) / NTHREADS;
-  static_assert(COLS % V == 0, "row length must be a multiple of the 16-byte vector");
-  uint4 regs[ITERS];
+  using Staged = tile::ChunkFetcher<T, ROWS, COLS, NTHREADS>;
+  static constexpr int V = Staged::V, VPR = Staged::VPR, TOTAL = Staged::TOTAL, ITERS = Staged::ITERS;
+  Staged staged;  // the tile operand's raw elements (zeros without one)
   int valid = 0;
 
   /// `src` is the tile operand at the chunk's first token (null: the role has none).
   __device__ __forceinline__ void fetch(const T* __restrict__ src, int64_t row_stride, int rows_valid) {
     valid = rows_valid;
-#pragma unroll
-    for (int it = 0; it < ITERS; ++it) {
-      const int i = threadIdx.x + it * NTHREADS;
-      const int r = i / VPR, c = (i - r * VPR) * V;
-      regs[it] = make_uint4(0u, 0u, 0u, 0u);
-      if (src && i < TOTAL && r < rows_valid)
-        regs[it] = __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + c));
-    }
+    staged.fetch(src, row_stride, src ? rows_valid : 0);  // 0 valid rows: no loads, all zeros
   }
   template <typename AtRow, typename Fn>
   __device__ __forceinline__ void commit(float* __restrict__ dst, int lds, AtRow&& atRow, Fn&& fn) const {
@@ -102,7 +92,7 @@ struct RoleFetcher {
       const int i = threadIdx.x + it * NTHREADS;
       if (i >= TOTAL) break;
       const int r = i / VPR, c = (i - r * VPR) * V;
-      const T* e = reinterpret_cast<const T*>(&regs[it]);
+      const T* e = reinterpret_cast<const T*>(&staged.regs[it]);
       if (r >= valid) {
 #pragma unroll
         for (int j = 0; j < V; ++j) dst[r * lds + c + j] = 0.f;
