@@ -1,4 +1,4 @@
-// The training loop (DESIGN.md section 5): AdamW with decoupled weight decay on matrices only,
+// The training loop (DESIGN.md section 6): AdamW with decoupled weight decay on matrices only,
 // linear warmup then cosine decay to a floor, gradient accumulation and clipping, bf16 autocast
 // on CUDA, held-out evaluation, metrics as JSON lines plus a progress line, atomic checkpoints
 // that resume exactly, clean stop on Ctrl-C, and a clear error on a non-finite loss.
