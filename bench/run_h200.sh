@@ -16,6 +16,10 @@
 #
 #   bash bench/run_h200.sh all [seconds]   both in one call (with a carried cache and short lists)
 #
+#   bash bench/run_h200.sh lab [seconds]
+#     the kernel lab built on another machine (tests/runtime/cuda/run_lab.sh with LAB_BUILD_ONLY=1;
+#     build-cuda/linac_cuda_lab carried), LAB_ARGS (default --fwd-only), while fla warms as prepare does
+#
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
@@ -34,13 +38,14 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
 # every autotuning candidate, MIN (what travels) only the autotune results and the winners.
 ALL=/tmp/linac-triton-all MIN=/tmp/linac-triton-min
-export TRITON_CACHE_AUTOTUNING=1 PYTHONUNBUFFERED=1
+# fla 0.6 dispatches to FlashQLA / TileLang kernels when they are installed: pure Triton is timed.
+export TRITON_CACHE_AUTOTUNING=1 PYTHONUNBUFFERED=1 FLA_FLASH_QLA=0 FLA_TILELANG=0
 SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
 LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
 VERIFY_SPECS=${VERIFY_SPECS:-$LINEAR_SPECS}
@@ -124,6 +129,12 @@ prepare() {
 
   [ -z "$warm_pid" ] && return 0  # FLA=0
   wait "$warm_pid"
+  keep_winners "$target"
+}
+
+# After warm_fla into $1: fla's autotune winners only (MIN), tarred into $OUT unless timings follow.
+keep_winners() {
+  local target=$1
   echo "fla warm-up done: $((SECONDS - start)) s"
   grep -hE "warmed|Error" "$WARM"/*.out | head -14
   if [ "$target" = "$ALL" ]; then
@@ -140,6 +151,24 @@ prepare() {
   tar -C / -czf "$OUT/triton-cache.tgz" --exclude='*.ptx' --exclude='*.ttir' --exclude='*.ttgir' \
     --exclude='*.llir' --exclude='*.source' "${MIN#/}"
   ls -la "$OUT/triton-cache.tgz"
+}
+
+# The kernel lab built elsewhere (LAB_PREBUILT: build-cuda/linac_cuda_lab carried), its forward cases
+# and timings (LAB_ARGS, default --fwd-only), while fla's ops warm their Triton cache.
+lab() {
+  restore_cache
+  local target=$ALL warm_pid=
+  if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
+  if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+  LAB_PREBUILT=${LAB_PREBUILT:-1} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 420 \
+    bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only} > "$OUT/lab.log" 2>&1
+  echo "lab rc=$? ($((SECONDS - start)) s)"
+  grep -E "FAIL|error" "$OUT/lab.log" | head -30
+  sed -n '/timing/,$p' "$OUT/lab.log"
+  [ -z "$warm_pid" ] && return 0
+  wait "$warm_pid"
+  keep_winners "$target"
 }
 
 timed() {
@@ -217,7 +246,8 @@ timed() {
 
 case "$MODE" in
   prepare) prepare ;;
+  lab) lab ;;
   time) timed ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab [seconds]" >&2; exit 2 ;;
 esac

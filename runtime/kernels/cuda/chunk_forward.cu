@@ -1,7 +1,12 @@
-// chunkForward: argument checks and dispatch over element type to the per-type instantiations.
+// chunkForward: argument checks, then the Hopper stages where they take the call (hopper/), else
+// dispatch over element type to the per-type instantiations of the mma.sync skeleton.
 #include "chunk_forward.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+
+#ifdef LINAC_HAVE_HOPPER
+#include "hopper/hopper_forward.h"
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -42,6 +47,12 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
                 "chunkForward: exclusive_bonus needs u");
   const int64_t num_seqs = checkedNumSeqs(shape, "chunkForward");
   if (num_seqs == 0) return;
+#ifdef LINAC_HAVE_HOPPER
+  if (hopper::forwardSupported(kind, dtype, shape)) {
+    hopper::forward(kind, dtype, shape, args, num_seqs, stream);
+    return;
+  }
+#endif
   switch (dtype) {
     case DType::F32: run<float>(kind, shape, args, int(num_seqs), stream); break;
     case DType::BF16: run<__nv_bfloat16>(kind, shape, args, int(num_seqs), stream); break;

@@ -5,7 +5,11 @@
 // shape. Exit: 0 all pass, 1 a failure, 77 no GPU (ctest SKIP_RETURN_CODE).
 // Backward checks: float64 reverse-mode sweep of the token recurrence (all gradients), and
 // forward+backward timings.
-// Usage: linac_cuda_lab [--quick] [--no-bench] [--no-bwd] [--seed N]
+// Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
+// beside it, the mma.sync skeleton (LINAC_HOPPER=0).
+// Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--seed N]
+//   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
+//   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
@@ -17,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -609,35 +614,56 @@ template <typename F> double medianMs(F&& f, int warm = 5, int reps = 30) {
   return ms[ms.size() / 2];
 }
 
+/// Runs f with the Hopper stages on (the default dispatch) or off (LINAC_HOPPER=0).
+template <class F>
+double withHopper(bool on, F&& f) {
+  if (on) unsetenv("LINAC_HOPPER");
+  else setenv("LINAC_HOPPER", "0", 1);
+  const double ms = f();
+  unsetenv("LINAC_HOPPER");
+  return ms;
+}
+
 void bench() {
-  const int B = 8, T = 4096, H = 8, D = 128;
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
-      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.41},
-      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.58},
-      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.79},
-      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.91},
-      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 1.00},
-      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 1.44},
+      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.211},
+      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.212},
+      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.726},
+      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.911},
+      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.528},
+      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.434},
   };
-  std::printf("\nforward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 30 after 5 warm-ups)\n", B, T, H, D);
-  std::printf("%-30s %10s %10s %8s\n", "kind", "linac ms", "fla ms", "ratio");
-  for (const auto& r : rows) {
-    Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
-    const size_t tok = size_t(B) * T * H;
-    DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
-    DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
-        u(in.u.data(), in.u.size() * 4);
-    DevBuf o(tok * D * 2), ht(size_t(B) * H * D * D * 4);
-    RecurrenceShape shape;
-    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
-    shape.num_seqs = B;
-    RecurrenceForwardArgs a;
-    a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
-    a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
-    const double ms = medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); });
-    std::printf("%-30s %10.3f %10.2f %8.2fx\n", r.name, ms, r.anchor, ms / r.anchor);
-  }
+  struct Shape { int B, T, H, D; };
+  const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
+  std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
+              "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: the\n"
+              "2026-12-03 same-GPU numbers at B8 T4096 H8 D128 (bench/NOTES.md)\n");
+  std::printf("%-30s %-18s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "mma.sync", "fla");
+  for (const auto& sh : shapes)
+    for (const auto& r : rows) {
+      const int B = sh.B, T = sh.T, H = sh.H, D = sh.D;
+      Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
+      const size_t tok = size_t(B) * T * H;
+      DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+      DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+          u(in.u.data(), in.u.size() * 4);
+      DevBuf o(tok * D * 2), ht(size_t(B) * H * D * D * 4);
+      RecurrenceShape shape;
+      shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
+      shape.num_seqs = B;
+      RecurrenceForwardArgs a;
+      a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
+      a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
+      auto run = [&] { return medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); }); };
+      const double ms = withHopper(true, run), old = withHopper(false, run);
+      char dims[32];
+      std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, D);
+      const bool anchor = B == 8 && T == 4096 && H == 8 && D == 128;
+      std::printf("%-30s %-18s %10.3f %10.3f %10s\n", r.name, dims, ms, old,
+                  anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
+    }
+  const int B = 8, T = 4096;
   {  // HGRN scan, d = 1024
     const int Dh = 1024;
     const size_t n = size_t(B) * T * Dh;
@@ -712,10 +738,12 @@ void benchBackward() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, do_bench = true, do_bwd = true;
+  bool quick = false, fwd_only = false, bench_only = false, do_bench = true, do_bwd = true;
   uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--fwd-only")) { fwd_only = true; do_bwd = false; }
+    else if (!std::strcmp(argv[i], "--bench-only")) bench_only = true;
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
@@ -736,9 +764,14 @@ int main(int argc, char** argv) {
     const UpdateRule updates[] = {UpdateRule::Additive, UpdateRule::Delta};
     const Readout readouts[] = {Readout::Inclusive, Readout::ExclusiveBonus};
     const DType dtypes[] = {DType::BF16, DType::F32, DType::F16};
-    if (quick) {
+    if (bench_only) {
+    } else if (quick) {
       Case c{{DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 1, 70, 1, 64, 64, {0, 30, 70}};
       runChunkCase(c);
+      // the Hopper forward stages (on sm_90): delta rule with a scalar decay, varlen, and a fixed
+      // decay with several value blocks
+      runChunkCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64, {0, 70, 150}});
+      runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
       c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
       c.dtype = DType::F32;
       runChunkCase(c);
@@ -780,20 +813,32 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 100, 2, 128, 64, {}});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 70, 1, 256, 256, {}});
             runChunkCase({{de, up, Readout::ExclusiveBonus}, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 300, 2, 64, 128, {0, 1, 64, 129, 200, 300}});
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 1, 200, 3, 128, 192, {0, 77, 200}});
             Case s{{de, up, Readout::Inclusive}, dt, 2, 130, 2, 64, 64, {}};
             s.gmul = 10; s.gclamp = -5; runChunkCase(s);
             s.gclamp = -20; runChunkCase(s);
             runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
           }
+      if (fwd_only) {  // the Hopper path's classes with fp16 and a long multi-chunk case
+        for (auto up : updates)
+          for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+            runChunkCase({{de, up, Readout::Inclusive}, DType::F16, 1, 300, 2, 128, 128, {0, 100, 300}});
+            runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 1000, 1, 128, 256, {}});
+          }
+      }
+      if (!fwd_only)
       for (auto dt : dtypes)
         for (auto up : updates)
           for (auto de : decays)
             for (auto ro : readouts) runStepCase({de, up, ro}, dt, 3, 2, 64, 96);
-      runStepCase({DecayClass::Diagonal, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 2, 2, 256, 256);
-      for (auto dt : dtypes) {
-        runScanCase(dt, 2, 333, 200, {});
-        runScanCase(dt, 1, 300, 64, {0, 5, 100, 300});
+      if (!fwd_only) {
+        runStepCase({DecayClass::Diagonal, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 2, 2, 256, 256);
+        for (auto dt : dtypes) {
+          runScanCase(dt, 2, 333, 200, {});
+          runScanCase(dt, 1, 300, 64, {0, 5, 100, 300});
+        }
       }
       if (do_bwd) {
         // backward: every kind x dtype (T not a multiple of the chunk, dk != dv, h0 and d_ht)

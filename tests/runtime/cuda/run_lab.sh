@@ -2,14 +2,27 @@
 # Builds the CUDA kernel lab with plain nvcc (independent of the rest of the tree), runs
 # compute-sanitizer (memcheck + racecheck) on a small case, then the full lab (correctness table and
 # timings). Logs go to $OUT (device call) or build-cuda/out. Usage: bash tests/runtime/cuda/run_lab.sh
+# [lab args]. Environment: LAB_BUILD_ONLY=1 builds (and prints the ptxas / SASS summaries) without
+# running, e.g. on a machine with nvcc but no GPU, whose build-cuda/linac_cuda_lab can travel;
+# LAB_PREBUILT=1 runs that binary instead of building; SANITIZE=0 skips compute-sanitizer. The
+# Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 B=build-cuda
 OUT=${OUT:-$B/out}
 mkdir -p "$B" "$OUT"
 NV=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr -Iruntime/kernels/cuda)
+CUTE=$(bash bench/cutlass_include.sh)
+hopper=()
+if [ -n "$CUTE" ]; then
+  NV+=(-isystem "$CUTE" -DLINAC_HAVE_HOPPER=1)
+  hopper=(runtime/kernels/cuda/hopper/forward.cu runtime/kernels/cuda/hopper/forward_bf16_k64.cu
+          runtime/kernels/cuda/hopper/forward_bf16_k128.cu runtime/kernels/cuda/hopper/forward_f16_k64.cu
+          runtime/kernels/cuda/hopper/forward_f16_k128.cu)
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,memory.used --format=csv || true
 
+if [ "${LAB_PREBUILT:-0}" != 1 ]; then
 echo "== build"
 start=$(date +%s)
 srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f32.cu
@@ -18,10 +31,11 @@ srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f
       runtime/kernels/cuda/chunk_backward_additive.cu
       runtime/kernels/cuda/chunk_backward_diagonal.cu
       runtime/kernels/cuda/chunk_backward_delta.cu
-      tests/runtime/cuda/lab.cu)
+      "${hopper[@]}" tests/runtime/cuda/lab.cu)
 pids=()
 for f in "${srcs[@]}"; do
   n=$(basename "$f" .cu)
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-16}" ]; do sleep 1; done
   ("${NV[@]}" -Xptxas -v -c "$f" -o "$B/$n.o" >"$B/$n.ptxas.log" 2>&1) &
   pids+=($!)
 done
@@ -34,19 +48,27 @@ for i in "${!pids[@]}"; do
   fi
 done
 [ $fail = 0 ] || exit 1
-"${NV[@]}" "$B"/{chunk_forward,chunk_forward_f32,chunk_forward_bf16,chunk_forward_f16,recurrent_step,scan,chunk_backward,chunk_backward_additive,chunk_backward_diagonal,chunk_backward_delta,lab}.o -o "$B/linac_cuda_lab" || exit 1
+objs=()
+for f in "${srcs[@]}"; do objs+=("$B/$(basename "$f" .cu).o"); done
+"${NV[@]}" "${objs[@]}" -o "$B/linac_cuda_lab" || exit 1
 echo "build took $(( $(date +%s) - start )) s"
 cat "$B"/*.ptxas.log | grep -E 'Compiling entry|registers|spill' | paste - - - > "$OUT/ptxas.log"
 grep -E 'spill (stores|loads)' "$OUT/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' | head || true
-for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16 chunk_backward_additive chunk_backward_diagonal chunk_backward_delta; do
+for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16 chunk_backward_additive chunk_backward_diagonal chunk_backward_delta forward_bf16_k64 forward_bf16_k128 forward_f16_k64 forward_f16_k128; do
+  [ -f "$B/$o.o" ] || continue
   echo "SASS $o: HMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HMMA), HGMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HGMMA), LDL/STL $(cuobjdump --dump-sass "$B/$o.o" | grep -cE 'LDL|STL')"
 done | tee "$OUT/sass.log"
+grep -h C7520 "$B"/*.ptxas.log | head -5
+[ "${LAB_BUILD_ONLY:-0}" = 1 ] && exit 0
+fi
 
+if [ "${SANITIZE:-1}" = 1 ]; then
 echo "== compute-sanitizer (small cases)"
 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench >"$OUT/sanitizer.log" 2>&1
 echo "memcheck rc=$?"; tail -4 "$OUT/sanitizer.log"
 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench >>"$OUT/sanitizer.log" 2>&1
 echo "racecheck rc=$?"; tail -3 "$OUT/sanitizer.log"
+fi
 
 echo "== lab"
 timeout 300 "$B/linac_cuda_lab" "$@" 2>&1 | tee "$OUT/lab.log"

@@ -1,0 +1,79 @@
+// Log-decays of one chunk for the Hopper stages: the decay class as a traits type.
+//
+// A chunk holds C = 64 tokens starting at token tok0 (an index into the packed [B * T] tokens);
+// b_t = g_0 + ... + g_t is its inclusive cumulative log-decay (fp32, every b_t <= 0), with g = 0
+// for tokens past the sequence end. The stages need exp(b_t - b_s) for s <= t, exp(b_t) and
+// exp(b_last - b_t), all with exponents <= 0.
+//   NoDecay      g = 0: no tensor, no cumsum, every factor 1 (the products skip the scaling)
+//   FixedDecay   g [H]: b_t = (t + 1) g_h
+//   ScalarDecay  g [B, T, H]: staged per chunk into shared memory by cp.async, then summed by one
+//                warp (two tokens per lane).
+#pragma once
+
+#include "../../common/recurrence.h"
+
+#include <cstdint>
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kChunk = 64;
+
+struct NoDecay {
+  static constexpr bool kActive = false;
+  static constexpr DecayClass kClass = DecayClass::None;
+};
+
+struct FixedDecay {
+  static constexpr bool kActive = true;
+  static constexpr DecayClass kClass = DecayClass::Fixed;
+};
+
+struct ScalarDecay {
+  static constexpr bool kActive = true;
+  static constexpr DecayClass kClass = DecayClass::Scalar;
+};
+
+/// Starts copying the chunk's per-token log-decays g[tok0 .. tok0 + rows) of head h into sG[0, C)
+/// (ScalarDecay only; 4-byte cp.async, tokens past `rows` zero-filled). Threads 0..C-1 take part.
+template <class Decay>
+__device__ void stageLogDecay(float* sG, const float* g, int64_t tok0, int rows, int h, int H) {
+  if constexpr (Decay::kClass == DecayClass::Scalar) {
+    const int t = threadIdx.x;
+    if (t < kChunk) {
+      const bool valid = t < rows;
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(sG + t));
+      const float* src = g + (valid ? (tok0 + t) * H + h : 0);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                   "r"(valid ? 4 : 0)
+                   : "memory");
+    }
+  }
+}
+
+/// Writes sB[t] = b_t for t in [0, C). Called by warp 0 only, after the chunk's sG has landed.
+/// Tokens past `rows` keep b constant (g = 0).
+template <class Decay>
+__device__ void chunkLogDecay(float* sB, const float* sG, const float* g, int rows, int h) {
+  const int lane = threadIdx.x & 31;
+  const int t0 = 2 * lane, t1 = t0 + 1;
+  float g0 = 0.f, g1 = 0.f;
+  if constexpr (Decay::kClass == DecayClass::Fixed) {
+    const float gh = g[h];
+    g0 = t0 < rows ? gh : 0.f;
+    g1 = t1 < rows ? gh : 0.f;
+  } else if constexpr (Decay::kClass == DecayClass::Scalar) {
+    g0 = sG[t0];
+    g1 = sG[t1];
+  }
+  const float pair = g0 + g1;
+  float incl = pair;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const float up = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += up;
+  }
+  sB[t0] = incl - pair + g0;
+  sB[t1] = incl;
+}
+
+}  // namespace linac::kernels::cuda::hopper

@@ -1,0 +1,99 @@
+// The Hopper forward's entry points: which calls it takes, and the dispatch over element type, key
+// dim and decay class to the instantiations in forward_<dtype>_k<dk>.cu.
+#include "hopper_forward.h"
+
+#include "../cuda_check.h"
+#include "chunk_decay.cuh"
+#include "forward_params.h"
+
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace linac::kernels::cuda::hopper {
+
+template <class T, int DK, class Decay>
+void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream);
+template <class T, int DK>
+bool hasHopperCode();
+
+namespace {
+
+bool isHopper() {
+  static const bool hopper = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return false;
+    return major == 9 && minor == 0 && hasHopperCode<cutlass::bfloat16_t, 128>();
+  }();
+  return hopper;
+}
+
+template <class T, int DK>
+void runDecay(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens, int64_t slots,
+              cudaStream_t stream) {
+  const bool delta = kind.update == UpdateRule::Delta;
+  switch (kind.decay) {
+    case DecayClass::None: runStages<T, DK, NoDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Fixed: runStages<T, DK, FixedDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Scalar: runStages<T, DK, ScalarDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: diagonal decay");
+  }
+}
+
+template <class T>
+void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_dim,
+               int64_t tokens, int64_t slots, cudaStream_t stream) {
+  if (key_dim == 64) runDecay<T, 64>(kind, p, tokens, slots, stream);
+  else runDecay<T, 128>(kind, p, tokens, slots, stream);
+}
+
+}  // namespace
+
+bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
+  if (dtype == DType::F32 || kind.decay == DecayClass::Diagonal ||
+      kind.readout != Readout::Inclusive)
+    return false;
+  if (s.key_dim != 64 && s.key_dim != 128) return false;
+  if (s.value_dim % kValueBlock != 0) return false;
+  if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
+      s.value_dim != 256)
+    return false;
+  if (const char* env = std::getenv("LINAC_HOPPER"); env != nullptr && std::string(env) == "0")
+    return false;
+  return isHopper();
+}
+
+void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
+             const RecurrenceForwardArgs& a, int64_t num_seqs, cudaStream_t stream) {
+  LINAC_REQUIRE(forwardSupported(kind, dtype, s), "hopper forward: unsupported call");
+  ForwardParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.g = a.g;
+  p.beta = a.beta;
+  p.h0 = a.h0;
+  p.o = a.o;
+  p.ht = a.ht;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.chunks_per_seq = (s.seq_len + kChunk - 1) / kChunk;
+  p.num_seqs = int(num_seqs);
+  p.heads = int(s.heads);
+  p.value_dim = int(s.value_dim);
+  p.scale = a.scale;
+  const int64_t tokens = s.batch * s.seq_len;
+  const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
+                                     : s.batch * p.chunks_per_seq;
+  if (dtype == DType::BF16)
+    runKeyDim<cutlass::bfloat16_t>(kind, p, s.key_dim, tokens, slots, stream);
+  else
+    runKeyDim<cutlass::half_t>(kind, p, s.key_dim, tokens, slots, stream);
+}
+
+}  // namespace linac::kernels::cuda::hopper

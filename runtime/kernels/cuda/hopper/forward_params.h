@@ -1,0 +1,39 @@
+// Arguments of the Hopper forward stages (delta_prepare.cuh, state_output.cuh). Element pointers are
+// untyped here; each kernel reads them as its dtype. Tensors are contiguous [B, T, H, D] (tokens
+// packed as [B * T] rows of H heads); with cu_seqlens, B = 1 and sequence n spans tokens
+// [cu_seqlens[n], cu_seqlens[n + 1]).
+#pragma once
+
+#include <cstdint>
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kValueBlock = 64;  // value columns (BV) per CTA of the state stage
+
+struct ForwardParams {
+  const void* q;         // [B, T, H, dk]
+  const void* k;         // [B, T, H, dk]
+  const void* v;         // [B, T, H, dv]
+  const float* g;        // None: null; Fixed [H]; Scalar [B, T, H]
+  const float* beta;     // [B, T, H] (delta)
+  const void* w;         // [B, T, H, dk] (delta) W = T (K . exp(b)), written by the preparation
+  const void* u;         // [B, T, H, dv] (delta) U = T V, written by the preparation
+  const float* h0;       // [N, H, dk, dv] or null
+  void* o;               // [B, T, H, dv]
+  float* ht;             // [N, H, dk, dv] or null
+  const int64_t* cu_seqlens;  // [N + 1] (device) or null
+  int64_t seq_len;       // T
+  int64_t chunks_per_seq;  // ceil(T / C) (padded batches; chunk slots, chunk_slots.cuh)
+  int num_seqs;          // N
+  int heads;             // H
+  int value_dim;         // dv
+  float scale;
+};
+
+/// Writable views of the preparation's outputs.
+struct PrepareOutputs {
+  void* w;  // [B, T, H, dk]
+  void* u;  // [B, T, H, dv]
+};
+
+}  // namespace linac::kernels::cuda::hopper

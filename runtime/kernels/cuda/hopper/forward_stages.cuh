@@ -1,0 +1,94 @@
+// Launches of the Hopper forward stages for one (element type, key dim, decay class); the
+// forward_<dtype>_k<dk>.cu files instantiate them so the instantiations compile in parallel.
+//   additive: stateOutputKernel
+//   delta:    deltaPrepareKernel (W, U into a cudaMallocAsync workspace), then stateOutputKernel
+#pragma once
+
+#include "../cuda_check.h"
+#include "delta_prepare.cuh"
+#include "state_output.cuh"
+
+#include <string>
+
+namespace linac::kernels::cuda::hopper {
+
+template <class Kernel>
+void setSmem(Kernel kernel, size_t bytes) {
+  LINAC_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <class T, int DK, class Decay, bool kDelta>
+void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
+  auto kernel = stateOutputKernel<T, DK, kValueBlock, Decay, kDelta>;
+  constexpr size_t bytes = StateOutputTiles<T, DK, kValueBlock, kDelta>::kSmemBytes;
+  setSmem(kernel, bytes);
+  const dim3 grid(p.value_dim / kValueBlock, p.heads, p.num_seqs);
+  kernel<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
+}
+
+template <class T, int DK, int DV, class Decay>
+void launchPrepare(const ForwardParams& p, const PrepareOutputs& out, int64_t slots,
+                   cudaStream_t stream) {
+  auto kernel = deltaPrepareKernel<T, DK, DV, Decay>;
+  constexpr size_t bytes = DeltaPrepareTiles<T, DK, DV>::kSmemBytes;
+  setSmem(kernel, bytes);
+  kernel<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::deltaPrepareKernel");
+}
+
+template <class T, int DK, class Decay>
+void launchPrepareDV(const ForwardParams& p, const PrepareOutputs& out, int64_t slots,
+                     cudaStream_t stream) {
+  switch (p.value_dim) {
+    case 64: launchPrepare<T, DK, 64, Decay>(p, out, slots, stream); break;
+    case 128: launchPrepare<T, DK, 128, Decay>(p, out, slots, stream); break;
+    case 256: launchPrepare<T, DK, 256, Decay>(p, out, slots, stream); break;
+    default: LINAC_REQUIRE(false, "hopper forward: value_dim " + std::to_string(p.value_dim));
+  }
+}
+
+/// The forward for one (T, DK, Decay); `tokens` = B * T, `slots` the chunk slots of the batch
+/// (chunk_slots.cuh).
+template <class T, int DK, class Decay>
+void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream) {
+  if (!delta) {
+    launchStateOutput<T, DK, Decay, false>(p, stream);
+    return;
+  }
+  const size_t wBytes = size_t(tokens) * p.heads * DK * sizeof(T);
+  const size_t uBytes = size_t(tokens) * p.heads * p.value_dim * sizeof(T);
+  uint8_t* ws = nullptr;
+  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), wBytes + uBytes, stream));
+  const PrepareOutputs out{ws, ws + wBytes};
+  p.w = out.w;
+  p.u = out.u;
+  launchPrepareDV<T, DK, Decay>(p, out, slots, stream);
+  launchStateOutput<T, DK, Decay, true>(p, stream);
+  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+/// Whether this build carries sm_90a machine code for the stages (an sm_80-only build, or a
+/// Hopper device running PTX compiled for an older target, does not).
+template <class T, int DK>
+bool hasHopperCode() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, stateOutputKernel<T, DK, kValueBlock, NoDecay, false>) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90 && attr.ptxVersion == 90;
+}
+
+}  // namespace linac::kernels::cuda::hopper
+
+// Used inside namespace linac::kernels::cuda::hopper.
+#define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
+  template void runStages<T, DK, NoDecay>(bool, ForwardParams, int64_t, int64_t, cudaStream_t); \
+  template void runStages<T, DK, FixedDecay>(bool, ForwardParams, int64_t, int64_t,             \
+                                             cudaStream_t);                                     \
+  template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, int64_t, int64_t,            \
+                                              cudaStream_t);                                    \
+  template bool hasHopperCode<T, DK>();

@@ -1,0 +1,22 @@
+// The Hopper (sm_90a) forward: wgmma stages for bf16 / fp16 inputs, inclusive readout, decay none /
+// fixed / scalar with either update rule, dk in {64, 128}, dv a multiple of 64 (64, 128 or 256 for
+// the delta rule). chunkForward sends the calls it supports here on an sm_90 device with sm_90a
+// code in the build; LINAC_HOPPER=0 in the environment turns the path off (for A/B timings).
+#pragma once
+
+#include "../../common/recurrence.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace linac::kernels::cuda::hopper {
+
+/// Whether forward() takes this call (and the current device is Hopper).
+bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
+
+/// recurrence.h's forward (o, and ht when non-null) on the Hopper stages.
+void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+             const RecurrenceForwardArgs& args, int64_t num_seqs, cudaStream_t stream);
+
+}  // namespace linac::kernels::cuda::hopper
