@@ -1,8 +1,8 @@
 // Checks over a parsed variant's expressions: every name resolves, calls have the right arity,
-// definitions are acyclic and nest within the limit, operands have compatible extents, each
-// prologue function stays within the size limit, and the decay is not provably positive (it is a
-// log-space decay, g <= 0). No recursion: expressions are walked with ExprWalk.h, definitions in
-// dependency order.
+// definitions are acyclic and nest within the limit, operands have compatible extents, constants
+// fold to finite float32 numbers, each prologue function stays within the size limit, and the
+// decay is not provably positive (it is a log-space decay, g <= 0). No recursion: expressions are
+// walked with ExprWalk.h, definitions in dependency order.
 #include "Internal.h"
 #include "linac/Spec/ExprWalk.h"
 #include "linac/Spec/Limits.h"
@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <span>
 
 namespace linac::spec::detail {
@@ -70,6 +73,40 @@ Sign maxSigns(Sign a, Sign b) {
 }
 Sign negSign(Sign a) { return (a & kZero) | ((a & kNeg) ? kPos : 0) | ((a & kPos) ? kNeg : 0); }
 
+// ----- constants ------------------------------------------------------------------------------
+// Prologue functions compute in float32 and the compiler folds operations on constants, so a
+// constant operand that is inf or nan would be printed into the generated code. Every constant
+// subexpression is evaluated here, as ExprToArith.h lowers it, and must be a finite float32.
+
+double sigmoidOf(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double softplusOf(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }
+
+/// The value of a call of the built-in `f` on constants (arity already checked).
+double callValue(const std::string& f, const std::vector<double>& x) {
+  if (f == "exp") return std::exp(x[0]);
+  if (f == "log") return std::log(x[0]);
+  if (f == "sigmoid") return sigmoidOf(x[0]);
+  if (f == "logsigmoid") return -softplusOf(-x[0]);
+  if (f == "softplus") return softplusOf(x[0]);
+  if (f == "silu") return x[0] * sigmoidOf(x[0]);
+  if (f == "tanh") return std::tanh(x[0]);
+  if (f == "sqrt") return std::sqrt(x[0]);
+  if (f == "rsqrt") return 1.0 / std::sqrt(x[0]);
+  if (f == "abs") return std::fabs(x[0]);
+  if (f == "min") return std::fmin(x[0], x[1]);
+  if (f == "max") return std::fmax(x[0], x[1]);
+  if (f == "clamp") return std::fmin(std::fmax(x[0], x[1]), x[2]);
+  if (f == "pow") return std::exp(x[1] * std::log(x[0]));
+  return std::nan("");
+}
+
+/// A folded value, to float32's precision.
+std::string valueText(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.7g}", v);
+}
+
 // ----- names ----------------------------------------------------------------------------------
 
 enum class NameKind { Input, Param, Def, Builtin };
@@ -90,7 +127,8 @@ bool broadcastsTo(Extent from, Extent to) {
 struct Facts {
   Extent extent = Extent::Scalar;
   Sign sign = kAny;
-  int64_t size = 1;  // nodes with definitions substituted, counted up to the limit + 1
+  std::optional<double> value;  // the folded float32 value, when the node is a constant
+  int64_t size = 1;             // nodes with definitions substituted, counted up to the limit + 1
 };
 
 int64_t addSizes(int64_t a, int64_t b) { return std::min(a + b, limits::kMaxExprNodes + 1); }
@@ -247,6 +285,14 @@ private:
                                         extentName(a), extentName(b), what));
   }
 
+  /// A folded value, which must be a finite float32 (as the compiler will fold it), rounded to one.
+  static double checkedConstant(const Expr& e, double v) {
+    if (!std::isfinite(v) || std::fabs(v) > FLT_MAX)
+      throw SpecError(e.loc, fmt::format("'{}' folds to {}, which is not a finite float32 number",
+                                         toString(e), valueText(v)));
+    return static_cast<float>(v);
+  }
+
   Facts facts(const Expr& root) const {
     return foldExpr<Facts>(root, [&](const Expr& e, std::span<const Facts> a) {
       Facts f;
@@ -254,6 +300,7 @@ private:
       switch (e.kind) {
         case ExprKind::Number:
           f.sign = signOf(e.number);
+          f.value = checkedConstant(e, e.number);
           return f;
         case ExprKind::Ref: {
           const Name& n = names_.at(e.name);
@@ -265,6 +312,7 @@ private:
         case ExprKind::Neg:
           f.extent = a[0].extent;
           f.sign = negSign(a[0].sign);
+          if (a[0].value) f.value = -*a[0].value;
           return f;
         case ExprKind::Binary: {
           const char what[] = {'\'', e.op, '\'', 0};
@@ -274,6 +322,13 @@ private:
             case '-': f.sign = addSigns(a[0].sign, negSign(a[1].sign)); break;
             default: f.sign = mulSigns(a[0].sign, a[1].sign); break;  // '*' and '/' share sign rules
           }
+          if (e.op == '/' && a[1].value == 0.0)
+            throw SpecError(e.args[1]->loc, fmt::format("division by zero: the divisor '{}' is the constant 0",
+                                                        toString(*e.args[1])));
+          if (a[0].value && a[1].value) {
+            const double x = *a[0].value, y = *a[1].value;
+            f.value = checkedConstant(e, e.op == '+' ? x + y : e.op == '-' ? x - y : e.op == '*' ? x * y : x / y);
+          }
           return f;
         }
         case ExprKind::Call: {
@@ -281,6 +336,14 @@ private:
           f.extent = a[0].extent;
           for (size_t i = 1; i < a.size(); ++i) f.extent = join(f.extent, a[i].extent, e, what.c_str());
           f.sign = callSign(e.name, a);
+          if (e.name == "pow" && a[0].value && *a[0].value <= 0)
+            throw SpecError(e.args[0]->loc, fmt::format("pow(x, y) is exp(y * log(x)) and needs x > 0, but x "
+                                                        "is the constant {}",
+                                                        valueText(*a[0].value)));
+          std::vector<double> x;
+          for (const Facts& operand : a)
+            if (operand.value) x.push_back(*operand.value);
+          if (x.size() == a.size()) f.value = checkedConstant(e, callValue(e.name, x));
           return f;
         }
       }

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cfloat>
+#include <cmath>
 
 namespace linac::spec {
 namespace detail {
@@ -197,8 +199,15 @@ private:
     // from_chars rejects a leading '.', which the grammar allows.
     std::string spelled = lexeme.front() == '.' ? "0" : "";
     spelled.append(lexeme);
-    if (!parseDouble(spelled, value))
-      throw SpecError(locAt(start), fmt::format("number '{}' is out of range", lexeme));
+    // Prologue functions compute in float32: a number must be one, and not vanish when rounded.
+    const std::string shown = lexeme.size() <= 40 ? std::string(lexeme) : std::string(lexeme.substr(0, 37)) + "...";
+    if (!parseDouble(spelled, value) || std::fabs(value) > FLT_MAX)
+      throw SpecError(locAt(start), fmt::format("number '{}' is out of range (float32 numbers are at most {})",
+                                                shown, FLT_MAX));
+    if (value != 0 && static_cast<float>(value) == 0)
+      throw SpecError(locAt(start), fmt::format("number '{}' is too small: it rounds to 0 in float32 "
+                                                "(the smallest is {})",
+                                                shown, FLT_TRUE_MIN));
     auto e = node(ExprKind::Number, start);
     e->number = value;
     return e;
