@@ -248,6 +248,7 @@ private:
   int64_t keyDim_ = 0;
 };
 
+/// The schedule in its canonical text form, which linac.model parses with the front end.
 std::string scheduleText(const spec::ScheduleSpec* s) {
   if (!s) return "pure";
   switch (s->kind) {
@@ -255,7 +256,8 @@ std::string scheduleText(const spec::ScheduleSpec* s) {
   case spec::ScheduleKind::Transformer: return "transformer";
   case spec::ScheduleKind::Ratio: return std::to_string(s->ratio) + ":1";
   case spec::ScheduleKind::Explicit: {
-    std::string t = "explicit:";
+    if (s->attentionLayers.empty()) return "pure";
+    std::string t;
     for (size_t i = 0; i < s->attentionLayers.size(); ++i)
       t += (i ? "," : "") + std::to_string(s->attentionLayers[i]);
     return t;

@@ -15,6 +15,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -37,8 +38,15 @@ Inputs loadInputs(const CompileOptions& o) {
   in.preset = spec::loadPreset(o.preset, o.specsDir + "/presets");
   in.schedule = spec::loadSchedule(o.schedule);
   std::string attentionPath = o.specsDir + "/attention.yaml";
-  if (in.variant.kind == spec::VariantKind::Linear && std::filesystem::exists(attentionPath))
-    in.attention = spec::loadVariant(attentionPath);
+  if (in.variant.kind == spec::VariantKind::Linear) {
+    if (std::filesystem::exists(attentionPath)) in.attention = spec::loadVariant(attentionPath);
+    // The schedule meets the preset here, in the front end, as in `linac train`: the same check
+    // and message (an index past the last layer, ...), before any IR is built.
+    const std::vector<bool> layers = in.schedule.expand(in.preset.layers);
+    if (!in.attention && std::find(layers.begin(), layers.end(), true) != layers.end())
+      throw spec::SpecError(in.schedule.loc, "schedule '" + in.schedule.text + "' has attention layers, but " +
+                                                 attentionPath + " does not exist");
+  }
   return in;
 }
 
