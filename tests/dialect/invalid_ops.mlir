@@ -248,13 +248,19 @@ linac.attention @a attributes {heads = 6 : i64, kv_heads = 4 : i64, head_dim = 6
 
 // -----
 
-// expected-error@+1 {{bad schedule '3:2'; valid schedules: 'pure', 'transformer', 'R:1'}}
+// Schedules are parsed and checked by the spec front end: its messages, word for word.
+// expected-error@+1 {{unknown schedule '3:2'; expected 'R:1' (e.g. '3:1'), 'pure', 'transformer' or a comma-separated list of attention layer indices (e.g. '3,7,11')}}
 linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 4 : i64, schedule = "3:2", linear = @l, attention = @a}
 
 // -----
 
-// expected-error@+1 {{bad schedule 'explicit:1,9': layer index 9 is out of range [0, 4)}}
-linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 4 : i64, schedule = "explicit:1,9", linear = @l, attention = @a}
+// expected-error@+1 {{attention layer index 9 is out of range for a 4-layer model (valid: 0..3)}}
+linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 4 : i64, schedule = "1,9", linear = @l, attention = @a}
+
+// -----
+
+// expected-error@+1 {{layer count must be between 1 and 1024, got 1099511627776}}
+linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 1099511627776 : i64, schedule = "pure", linear = @l}
 
 // -----
 

@@ -116,6 +116,24 @@ linac.variant @tied attributes {heads = 1 : i64, key_dim = 8 : i64, value_dim = 
 
 // -----
 
+// A constant decay (a map without operands) has no derivative: no gradient map.
+// CHECK-LABEL: linac.variant @constant
+// CHECK: linac.map() {role = "decay"}
+// CHECK-NOT: grad:decay
+// CHECK: linac.recurrence
+linac.variant @constant attributes {heads = 1 : i64, key_dim = 8 : i64, value_dim = 8 : i64} {
+  %q = linac.input "q" : !linac.field<token, key>
+  %v = linac.input "v" : !linac.field<token, value>
+  %g = linac.map () {role = "decay"} : () -> !linac.field<constant, scalar> {
+    %c = arith.constant -5.000000e-01 : f32
+    linac.yield %c : f32
+  }
+  %o = linac.recurrence matrix additive inclusive q(%q : !linac.field<token, key>) k(%q : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%g : !linac.field<constant, scalar>) decay_class(unknown) algorithm(unselected) -> !linac.field<token, value>
+  linac.output %o : !linac.field<token, value> norm(none)
+}
+
+// -----
+
 linac.variant @unsupported attributes {heads = 1 : i64, key_dim = 8 : i64, value_dim = 8 : i64} {
   %q = linac.input "q" : !linac.field<token, key>
   %k = linac.input "k" : !linac.field<token, key>

@@ -16,7 +16,13 @@ linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 2 
 // -----
 
 // CHECK: layers = [@l, @a, @l, @l, @a]
-linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 5 : i64, schedule = "explicit:1, 4", linear = @l, attention = @a}
+linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 5 : i64, schedule = "1, 4", linear = @l, attention = @a}
+
+// -----
+
+// A block longer than the model still has its attention layer, the last (as in `linac train`).
+// CHECK: layers = [@l, @l, @l, @a]
+linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 4 : i64, schedule = "6:1", linear = @l, attention = @a}
 
 // -----
 

@@ -5,6 +5,11 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <vector>
+
 namespace linac {
 namespace {
 
@@ -12,26 +17,62 @@ using mlir::Value;
 
 class ExprLowering {
 public:
-  ExprLowering(mlir::OpBuilder& b, mlir::Location loc, const RefResolver& resolve)
-      : b_(b), loc_(loc), resolve_(resolve) {}
+  ExprLowering(mlir::OpBuilder& b, const RefResolver& resolve, const DefinitionLookup& definitions)
+      : b_(b), loc_(b.getUnknownLoc()), resolve_(resolve), definitions_(definitions) {}
 
-  Value lower(const spec::Expr& e) {
-    switch (e.kind) {
-    case spec::ExprKind::Number:
-      return constant(e.number);
-    case spec::ExprKind::Ref: {
-      Value v = resolve_(e.name);
-      if (!v) throw spec::SpecError(e.loc, "unknown name '" + e.name + "' in expression");
-      return v;
+  /// Lowers `root` with an explicit stack of the nodes being lowered: a node's ops are created
+  /// once its operands' values are known; a reference to a definition lowers the definition's
+  /// expression in its place, as a definition is substituted at every use.
+  Value lower(const spec::Expr& root, mlir::Location rootLoc) {
+    struct Frame {
+      const spec::Expr* node;
+      mlir::Location loc;
+      size_t next = 0;                       // operands lowered so far
+      llvm::SmallVector<Value, 3> operands;  // by argument index
+      const spec::Expr* definition = nullptr;  // a reference to a definition: what it stands for
+    };
+    std::vector<Frame> stack;
+    std::vector<const spec::Expr*> expanding;  // the definitions being lowered, innermost last
+    auto push = [&](const spec::Expr& e, mlir::Location loc) {
+      stack.push_back(Frame{&e, loc, 0, llvm::SmallVector<Value, 3>(e.args.size()), nullptr});
+    };
+    push(root, rootLoc);
+    Value result;
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      const spec::Expr& e = *f.node;
+      loc_ = f.loc;
+      Value value;
+      if (e.kind == spec::ExprKind::Ref) {
+        if (f.definition) {  // its expression has been lowered
+          value = f.operands.front();
+          expanding.pop_back();
+        } else if (!(value = resolve_(e.name))) {
+          std::optional<Definition> def = definitions_(e.name);
+          if (!def) throw spec::SpecError(e.loc, "unknown name '" + e.name + "' in expression");
+          if (llvm::is_contained(expanding, def->expr))
+            throw spec::SpecError(e.loc, "cyclic definition of '" + e.name + "'");
+          f.definition = def->expr;
+          f.operands.assign(1, Value());
+          expanding.push_back(def->expr);
+          push(*def->expr, def->loc);
+          continue;
+        }
+      } else if (f.next < e.args.size()) {
+        push(*e.args[operandAt(e, f.next++)], f.loc);
+        continue;
+      } else {
+        value = e.kind == spec::ExprKind::Number ? constant(e.number) : combine(e, f.operands);
+      }
+      stack.pop_back();
+      if (stack.empty()) {
+        result = value;
+        break;
+      }
+      Frame& parent = stack.back();
+      parent.operands[parent.definition ? 0 : operandAt(*parent.node, parent.next - 1)] = value;
     }
-    case spec::ExprKind::Neg:
-      return neg(lower(*e.args.at(0)));
-    case spec::ExprKind::Binary:
-      return binary(e.op, lower(*e.args.at(0)), lower(*e.args.at(1)), e);
-    case spec::ExprKind::Call:
-      return call(e);
-    }
-    throw spec::SpecError(e.loc, "unhandled expression kind");
+    return result;
   }
 
 private:
@@ -45,6 +86,27 @@ private:
   Value max(Value x, Value y) { return mlir::arith::MaximumFOp::create(b_, loc_, x, y); }
   Value min(Value x, Value y) { return mlir::arith::MinimumFOp::create(b_, loc_, x, y); }
   Value exp(Value x) { return mlir::math::ExpOp::create(b_, loc_, x); }
+
+  /// The argument lowered at step i. The order fixes the order of the ops, and so the generated
+  /// code: binary operators, min, max and clamp lower their last operand first (as generated/ was
+  /// produced), the other calls their first.
+  static size_t operandAt(const spec::Expr& e, size_t i) {
+    const bool lastFirst =
+        e.kind == spec::ExprKind::Binary ||
+        (e.kind == spec::ExprKind::Call && (e.name == "min" || e.name == "max" || e.name == "clamp"));
+    return lastFirst ? e.args.size() - 1 - i : i;
+  }
+
+  /// The ops of `e` over its lowered operands.
+  Value combine(const spec::Expr& e, llvm::ArrayRef<Value> operands) {
+    switch (e.kind) {
+    case spec::ExprKind::Neg: return neg(operands[0]);
+    case spec::ExprKind::Binary: return binary(e.op, operands[0], operands[1], e);
+    case spec::ExprKind::Call: return call(e, operands);
+    default: break;
+    }
+    throw spec::SpecError(e.loc, "unhandled expression kind");
+  }
 
   Value binary(char op, Value x, Value y, const spec::Expr& e) {
     switch (op) {
@@ -63,29 +125,27 @@ private:
     return add(max(x, constant(0.0)), tail);
   }
 
-  Value call(const spec::Expr& e) {
+  Value call(const spec::Expr& e, llvm::ArrayRef<Value> args) {
     const std::string& f = e.name;
     auto arity = [&](size_t n) {
-      if (e.args.size() != n)
+      if (args.size() != n)
         throw spec::SpecError(e.loc, "'" + f + "' takes " + std::to_string(n) + " argument(s), got " +
-                                         std::to_string(e.args.size()));
+                                         std::to_string(args.size()));
     };
-    auto arg = [&](size_t i) { return lower(*e.args.at(i)); };
     if (f == "min" || f == "max") {
       arity(2);
-      return f == "min" ? min(arg(0), arg(1)) : max(arg(0), arg(1));
+      return f == "min" ? min(args[0], args[1]) : max(args[0], args[1]);
     }
     if (f == "pow") {  // x^y = exp(y log x): differentiable with exp/log; needs x > 0
       arity(2);
-      Value x = arg(0), y = arg(1);
-      return exp(mul(y, mlir::math::LogOp::create(b_, loc_, x)));
+      return exp(mul(args[1], mlir::math::LogOp::create(b_, loc_, args[0])));
     }
     if (f == "clamp") {
       arity(3);
-      return min(max(arg(0), arg(1)), arg(2));
+      return min(max(args[0], args[1]), args[2]);
     }
     arity(1);
-    Value x = arg(0);
+    Value x = args[0];
     if (f == "exp") return exp(x);
     if (f == "log") return mlir::math::LogOp::create(b_, loc_, x);
     if (f == "sigmoid") return sigmoid(x);
@@ -100,15 +160,16 @@ private:
   }
 
   mlir::OpBuilder& b_;
-  mlir::Location loc_;
+  mlir::Location loc_;  // of the node being lowered
   const RefResolver& resolve_;
+  const DefinitionLookup& definitions_;
 };
 
 }  // namespace
 
 mlir::Value lowerExprToArith(mlir::OpBuilder& builder, mlir::Location loc, const spec::Expr& expr,
-                             const RefResolver& resolve) {
-  return ExprLowering(builder, loc, resolve).lower(expr);
+                             const RefResolver& resolve, const DefinitionLookup& definitions) {
+  return ExprLowering(builder, resolve, definitions).lower(expr, loc);
 }
 
 }  // namespace linac

@@ -169,8 +169,7 @@ private:
     }
     if (root->kind == spec::ExprKind::Ref) return leaf(*root);
 
-    std::vector<std::string> names;
-    collectLeaves(*root, names, {});
+    std::vector<std::string> names = collectLeaves(*root);
     llvm::SmallVector<Value> operands;
     llvm::SmallVector<mlir::Type> types;
     for (const auto& n : names) {
@@ -190,35 +189,41 @@ private:
       args[names[i]] = body->addArgument(b_.getF32Type(), loc(e->loc));
     mlir::OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToStart(body);
-    Value result = lowerExprToArith(b_, loc(e->loc), *root, [&](const std::string& name) {
-      return lookupInBody(name, args);
-    });
+    Value result = lowerExprToArith(
+        b_, loc(e->loc), *root,
+        [&](const std::string& name) {
+          auto it = args.find(name);
+          return it == args.end() ? Value() : it->second;
+        },
+        [&](const std::string& name) -> std::optional<Definition> {
+          auto d = defs_.find(name);
+          if (d == defs_.end()) return std::nullopt;
+          return Definition{d->second->expr.get(), loc(d->second->loc)};
+        });
     ml::YieldOp::create(b_, loc(e->loc), mlir::ValueRange{result});
     return map.getResult(0);
   }
 
-  /// Resolves a name inside a map body: a block argument, or a definition expanded inline.
-  Value lookupInBody(const std::string& name, std::map<std::string, Value>& args) {
-    if (auto it = args.find(name); it != args.end()) return it->second;
-    if (auto d = defs_.find(name); d != defs_.end())
-      return lowerExprToArith(b_, loc(d->second->loc), *d->second->expr,
-                              [&](const std::string& n) { return lookupInBody(n, args); });
-    return Value();
-  }
-
-  void collectLeaves(const spec::Expr& e, std::vector<std::string>& out,
-                     std::set<std::string> expanding) {
-    if (e.kind == spec::ExprKind::Ref) {
-      if (auto d = defs_.find(e.name); d != defs_.end()) {
-        if (!expanding.insert(e.name).second)
-          throw spec::SpecError(e.loc, "cyclic definition of '" + e.name + "'");
-        collectLeaves(*d->second->expr, out, expanding);
-        return;
+  /// The names at the leaves of `root` once definitions are substituted, in the order a
+  /// left-to-right walk first meets them. Each definition is walked once; no recursion.
+  std::vector<std::string> collectLeaves(const spec::Expr& root) {
+    std::vector<std::string> out;
+    std::set<std::string> walked;  // definitions
+    std::vector<const spec::Expr*> stack{&root};
+    while (!stack.empty()) {
+      const spec::Expr& e = *stack.back();
+      stack.pop_back();
+      if (e.kind == spec::ExprKind::Ref) {
+        if (auto d = defs_.find(e.name); d != defs_.end()) {
+          if (walked.insert(e.name).second) stack.push_back(d->second->expr.get());
+        } else if (std::find(out.begin(), out.end(), e.name) == out.end()) {
+          out.push_back(e.name);
+        }
+        continue;
       }
-      if (std::find(out.begin(), out.end(), e.name) == out.end()) out.push_back(e.name);
-      return;
+      for (auto it = e.args.rbegin(); it != e.args.rend(); ++it) stack.push_back(it->get());
     }
-    for (const auto& a : e.args) collectLeaves(*a, out, expanding);
+    return out;
   }
 
   Value leaf(const spec::Expr& ref) { return leafByName(ref.name, ref.loc); }
@@ -243,6 +248,7 @@ private:
   int64_t keyDim_ = 0;
 };
 
+/// The schedule in its canonical text form, which linac.model parses with the front end.
 std::string scheduleText(const spec::ScheduleSpec* s) {
   if (!s) return "pure";
   switch (s->kind) {
@@ -250,7 +256,8 @@ std::string scheduleText(const spec::ScheduleSpec* s) {
   case spec::ScheduleKind::Transformer: return "transformer";
   case spec::ScheduleKind::Ratio: return std::to_string(s->ratio) + ":1";
   case spec::ScheduleKind::Explicit: {
-    std::string t = "explicit:";
+    if (s->attentionLayers.empty()) return "pure";
+    std::string t;
     for (size_t i = 0; i < s->attentionLayers.size(); ++i)
       t += (i ? "," : "") + std::to_string(s->attentionLayers[i]);
     return t;

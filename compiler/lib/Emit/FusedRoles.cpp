@@ -1,5 +1,7 @@
 #include "linac/Emit/FusedRoles.h"
 
+#include "linac/Spec/ExprWalk.h"
+
 #include <sstream>
 #include <tuple>
 
@@ -11,8 +13,9 @@ constexpr size_t kMaxRoleOperands = 4;
 
 void countRefs(const spec::ExprPtr& e, std::map<std::string, int>& counts) {
   if (!e) return;
-  if (e->kind == spec::ExprKind::Ref) ++counts[e->name];
-  for (const auto& a : e->args) countRefs(a, counts);
+  spec::forEachNode(*e, [&](const spec::Expr& node) {
+    if (node.kind == spec::ExprKind::Ref) ++counts[node.name];
+  });
 }
 
 /// How often each name is read by the spec's expressions (definitions included) and the bonus.

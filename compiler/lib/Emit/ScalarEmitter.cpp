@@ -7,14 +7,18 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
 namespace linac::emit {
 namespace {
 
-/// Shortest decimal that reads back as the same float, with an f suffix.
+/// Shortest decimal that reads back as the same float, with an f suffix. C++ has no literal for
+/// inf or nan (printf's "inf" would not compile): linac-check-constants rejects them first.
 std::string floatLiteral(float x) {
+  if (!std::isfinite(x))
+    throw std::runtime_error("emit: non-finite constant " + std::to_string(x) + " in a map body");
   char buf[64];
   for (int precision = 6; precision <= 9; ++precision) {
     std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(x));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -30,6 +31,14 @@ std::string banner(const spec::VariantSpec& spec, const char* comment) {
      << "`. Do not edit: change the spec or the compiler and regenerate.\n"
      << comment << " spec sha256: " << spec.hash << "\n";
   return os.str();
+}
+
+/// A size as the `int` the generated header declares it; the spec front end bounds every size
+/// (linac/Spec/Limits.h), so one that does not fit is an internal error.
+int64_t intConstant(int64_t value, const char* what) {
+  if (value < 0 || value > std::numeric_limits<int>::max())
+    throw std::runtime_error(std::string("emit: ") + what + " " + std::to_string(value) + " does not fit an int");
+  return value;
 }
 
 std::string cppDecayClass(ml::DecayClass c) {
@@ -383,11 +392,11 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
     << (rec.getUpdate() == ml::UpdateRule::delta ? "Delta" : "Additive") << ", kernels::Readout::"
     << (rec.getReadout() == ml::Readout::inclusive ? "Inclusive" : "ExclusiveBonus") << "};\n";
   h << "inline constexpr bool kVectorState = " << (vector ? "true" : "false") << ";\n";
-  h << "inline constexpr int kHeads = " << variant.getHeads() << ";\n";
-  h << "inline constexpr int kChunk = " << variant.getChunk() << ";\n";
+  h << "inline constexpr int kHeads = " << intConstant(variant.getHeads(), "heads") << ";\n";
+  h << "inline constexpr int kChunk = " << intConstant(variant.getChunk(), "chunk") << ";\n";
   h << "/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).\n";
-  h << "inline constexpr int kKeyDim = " << variant.getKeyDim() << ";\n";
-  h << "inline constexpr int kValueDim = " << variant.getValueDim() << ";\n\n";
+  h << "inline constexpr int kKeyDim = " << intConstant(variant.getKeyDim(), "key_dim") << ";\n";
+  h << "inline constexpr int kValueDim = " << intConstant(variant.getValueDim(), "value_dim") << ";\n\n";
 
   std::vector<RoleInfo> roles;
   for (auto map : variant.getBodyBlock().getOps<ml::MapOp>()) emitMap(map, h, roles);

@@ -10,11 +10,15 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 
 namespace linac::pipeline {
@@ -34,26 +38,58 @@ Inputs loadInputs(const CompileOptions& o) {
   in.preset = spec::loadPreset(o.preset, o.specsDir + "/presets");
   in.schedule = spec::loadSchedule(o.schedule);
   std::string attentionPath = o.specsDir + "/attention.yaml";
-  if (in.variant.kind == spec::VariantKind::Linear && std::filesystem::exists(attentionPath))
-    in.attention = spec::loadVariant(attentionPath);
+  if (in.variant.kind == spec::VariantKind::Linear) {
+    if (std::filesystem::exists(attentionPath)) in.attention = spec::loadVariant(attentionPath);
+    // The schedule meets the preset here, in the front end, as in `linac train`: the same check
+    // and message (an index past the last layer, ...), before any IR is built.
+    const std::vector<bool> layers = in.schedule.expand(in.preset.layers);
+    if (!in.attention && std::find(layers.begin(), layers.end(), true) != layers.end())
+      throw spec::SpecError(in.schedule.loc, "schedule '" + in.schedule.text + "' has attention layers, but " +
+                                                 attentionPath + " does not exist");
+  }
   return in;
 }
 
-/// Collects MLIR diagnostics so a failing stage reports them in its exception.
+/// Collects MLIR diagnostics so a failing stage reports them in its exception, and keeps the
+/// first error that points into a file (a spec: the IR's locations are the spec's).
 class DiagnosticCollector {
 public:
   explicit DiagnosticCollector(mlir::MLIRContext& ctx)
       : handler_(&ctx, [this](mlir::Diagnostic& d) {
           llvm::raw_string_ostream os(text_);
           os << d.getLocation() << ": " << d << "\n";
+          auto file = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation());
+          if (d.getSeverity() == mlir::DiagnosticSeverity::Error && file && file.getLine() > 0 && !located_)
+            located_ = spec::SpecError(spec::SourceLoc{file.getFilename().str(), static_cast<int>(file.getLine()),
+                                                       static_cast<int>(file.getColumn())},
+                                       d.str());
           return mlir::success();
         }) {}
   const std::string& text() const { return text_; }
+  /// The first error located in a spec, as the spec error it is.
+  const std::optional<spec::SpecError>& located() const { return located_; }
 
 private:
   std::string text_;
+  std::optional<spec::SpecError> located_;
   mlir::ScopedDiagnosticHandler handler_;
 };
+
+/// Records the first pass that fails.
+class FailedPass : public mlir::PassInstrumentation {
+public:
+  explicit FailedPass(std::string& name) : name_(name) {}
+  void runAfterPassFailed(mlir::Pass* pass, mlir::Operation*) override {
+    if (name_.empty()) name_ = pass->getArgument().str();
+  }
+
+private:
+  std::string& name_;
+};
+
+/// The passes whose failure is the spec's doing (a constant that folds to inf, ...): reported at
+/// the spec's line, like the front end's errors. Any other failing pass is a compiler bug.
+bool checksTheSpec(const std::string& pass) { return pass == "linac-check-constants"; }
 
 std::string print(mlir::ModuleOp m) {
   std::string s;
@@ -74,8 +110,13 @@ mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext& ctx, const In
   if (!optimise) return module;
   mlir::PassManager pm(&ctx);
   mlir::linac::buildLinacPipeline(pm, o.target);
-  if (mlir::failed(pm.run(*module)))
-    throw std::runtime_error("the linac pipeline failed on " + o.specPath + ":\n" + diags.text());
+  std::string failed;
+  pm.addInstrumentation(std::make_unique<FailedPass>(failed));
+  if (mlir::failed(pm.run(*module))) {
+    if (checksTheSpec(failed) && diags.located()) throw *diags.located();
+    throw std::runtime_error("internal error: the linac pipeline failed on " + o.specPath + " in " + failed +
+                             ":\n" + diags.text());
+  }
   return module;
 }
 

@@ -1,5 +1,6 @@
 // DimSpec::resolve: a per-head size from an absolute size or a ratio of the model width.
 #include "Internal.h"
+#include "linac/Spec/Limits.h"
 
 #include <fmt/format.h>
 
@@ -26,6 +27,9 @@ int64_t DimSpec::resolve(int64_t hidden, int64_t heads) const {
   const auto whole = static_cast<int64_t>(rounded);
   if (whole % heads != 0)
     throw SpecError(loc, fmt::format("expand {} * hidden {} = {} is not divisible by {} heads", expand, hidden, whole, heads));
+  if (whole / heads > limits::kMaxHeadDim)
+    throw SpecError(loc, fmt::format("expand {} * hidden {} = {} over {} heads is {} per head; the limit is {}", expand,
+                                     hidden, whole, heads, whole / heads, limits::kMaxHeadDim));
   return whole / heads;
 }
 

@@ -5,22 +5,31 @@
 //   unary   := '-' unary | primary
 //   primary := number | name | name '(' expr (',' expr)* ')' | '(' expr ')'
 // Names and functions are resolved later (ExprAnalysis.cpp), where the spec's names are known.
+// Recursion is bounded by the nesting limit; a long flat sum is parsed by loops. Parsing is linear
+// in the text, and stops at the node limit (Limits.h).
 #include "Internal.h"
+#include "linac/Spec/Limits.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cfloat>
+#include <cmath>
 
 namespace linac::spec {
 namespace detail {
 namespace {
 
-// Nesting deeper than this is not a plausible spec and would exhaust the stack on hostile input.
-constexpr int kMaxDepth = 200;
+using limits::kMaxExprNesting;
+using limits::kMaxExprNodes;
 
 class ExprParser {
 public:
-  ExprParser(std::string_view text, const TextOrigin& origin) : text_(text), origin_(origin) {}
+  ExprParser(std::string_view text, const TextOrigin& origin) : text_(text), origin_(origin) {
+    for (size_t i = 0; i < text_.size(); ++i)
+      if (text_[i] == '\n') newlines_.push_back(i);
+  }
 
   ExprPtr parse() {
     skipSpace();
@@ -33,14 +42,15 @@ public:
 
 private:
   SourceLoc locAt(size_t offset) const {
+    offset = std::min(offset, text_.size());
     SourceLoc loc = origin_.start;
-    for (size_t i = 0; i < offset && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++loc.line;
-        loc.col = origin_.continuationCol;
-      } else {
-        ++loc.col;
-      }
+    // The newlines before `offset`; the last of them starts the line it is on.
+    const auto before = std::lower_bound(newlines_.begin(), newlines_.end(), offset);
+    if (before == newlines_.begin()) {
+      loc.col += static_cast<int>(offset);
+    } else {
+      loc.line += static_cast<int>(before - newlines_.begin());
+      loc.col = origin_.continuationCol + static_cast<int>(offset - *(before - 1) - 1);
     }
     return loc;
   }
@@ -63,17 +73,26 @@ private:
     return false;
   }
 
-  std::shared_ptr<Expr> node(ExprKind kind, size_t at) const {
+  /// Counts a new node against the size limit; `loc` is where the node starts.
+  void countNode(const SourceLoc& loc) {
+    if (++nodes_ > kMaxExprNodes)
+      throw SpecError(loc, fmt::format("expression has more than {} nodes (numbers, names, operators "
+                                       "and calls); that is the limit",
+                                       kMaxExprNodes));
+  }
+
+  std::shared_ptr<Expr> node(ExprKind kind, size_t at) {
     auto e = std::make_shared<Expr>();
     e->kind = kind;
     e->loc = locAt(at);
+    countNode(e->loc);
     return e;
   }
 
   struct DepthGuard {
     explicit DepthGuard(ExprParser& p, size_t at) : p(p) {
-      if (++p.depth_ > kMaxDepth)
-        throw SpecError(p.locAt(at), fmt::format("expression nests deeper than {} levels", kMaxDepth));
+      if (++p.depth_ > kMaxExprNesting)
+        throw SpecError(p.locAt(at), fmt::format("expression nests deeper than {} levels", kMaxExprNesting));
     }
     ~DepthGuard() { --p.depth_; }
     ExprParser& p;
@@ -93,6 +112,7 @@ private:
     for (;;) {
       skipSpace();
       if (pos_ >= text_.size() || (text_[pos_] != '+' && text_[pos_] != '-')) return lhs;
+      countNode(locAt(pos_));  // the binary node, counted at its operator
       char op = text_[pos_++];
       lhs = binary(op, lhs, parseTerm());
     }
@@ -103,6 +123,7 @@ private:
     for (;;) {
       skipSpace();
       if (pos_ >= text_.size() || (text_[pos_] != '*' && text_[pos_] != '/')) return lhs;
+      countNode(locAt(pos_));  // the binary node, counted at its operator
       char op = text_[pos_++];
       lhs = binary(op, lhs, parseUnary());
     }
@@ -178,8 +199,15 @@ private:
     // from_chars rejects a leading '.', which the grammar allows.
     std::string spelled = lexeme.front() == '.' ? "0" : "";
     spelled.append(lexeme);
-    if (!parseDouble(spelled, value))
-      throw SpecError(locAt(start), fmt::format("number '{}' is out of range", lexeme));
+    // Prologue functions compute in float32: a number must be one, and not vanish when rounded.
+    const std::string shown = lexeme.size() <= 40 ? std::string(lexeme) : std::string(lexeme.substr(0, 37)) + "...";
+    if (!parseDouble(spelled, value) || std::fabs(value) > FLT_MAX)
+      throw SpecError(locAt(start), fmt::format("number '{}' is out of range (float32 numbers are at most {})",
+                                                shown, FLT_MAX));
+    if (value != 0 && static_cast<float>(value) == 0)
+      throw SpecError(locAt(start), fmt::format("number '{}' is too small: it rounds to 0 in float32 "
+                                                "(the smallest is {})",
+                                                shown, FLT_TRUE_MIN));
     auto e = node(ExprKind::Number, start);
     e->number = value;
     return e;
@@ -187,8 +215,10 @@ private:
 
   std::string_view text_;
   TextOrigin origin_;
+  std::vector<size_t> newlines_;  // offsets of the '\n's in text_, for locAt
   size_t pos_ = 0;
   int depth_ = 0;
+  int64_t nodes_ = 0;
 };
 
 }  // namespace
@@ -201,29 +231,6 @@ ExprPtr parseExprAt(std::string_view text, const TextOrigin& origin) {
 
 ExprPtr parseExpr(std::string_view text, const SourceLoc& start) {
   return detail::parseExprAt(text, detail::TextOrigin{start, 1});
-}
-
-std::string toString(const Expr& e) {
-  switch (e.kind) {
-    case ExprKind::Number:
-      // fmt's shortest round-trip form: parsing it back gives the same double.
-      return fmt::format("{}", e.number);
-    case ExprKind::Ref:
-      return e.name;
-    case ExprKind::Neg:
-      return "(-" + toString(*e.args.at(0)) + ")";
-    case ExprKind::Binary:
-      return fmt::format("({} {} {})", toString(*e.args.at(0)), e.op, toString(*e.args.at(1)));
-    case ExprKind::Call: {
-      std::string out = e.name + "(";
-      for (size_t i = 0; i < e.args.size(); ++i) {
-        if (i) out += ", ";
-        out += toString(*e.args[i]);
-      }
-      return out + ")";
-    }
-  }
-  return "?";
 }
 
 }  // namespace linac::spec

@@ -81,11 +81,15 @@ public:
 
   std::string string(const std::string& key) const;
   std::string stringOr(const std::string& key, const std::string& dflt) const;
-  int64_t integer(const std::string& key) const;
-  int64_t integerOr(const std::string& key, int64_t dflt) const;
-  int64_t positive(const std::string& key) const;
-  int64_t positiveOr(const std::string& key, int64_t dflt) const;
+  /// An integer in [lo, hi]. Out of range (past int64 included): "field 'heads' must be between
+  /// 1 and 1024, got 9223372036854775807".
+  int64_t integerIn(const std::string& key, int64_t lo, int64_t hi) const;
+  int64_t integerInOr(const std::string& key, int64_t lo, int64_t hi, int64_t dflt) const;
+  /// A finite number.
   double number(const std::string& key) const;
+  /// A finite number that a float32 holds (magnitude at most FLT_MAX): values the kernels and the
+  /// generated code compute with.
+  double float32(const std::string& key) const;
   bool boolean(const std::string& key, bool dflt) const;
   /// A required or optional expression (null when absent and optional).
   ExprPtr expr(const std::string& key, bool required) const;
@@ -122,6 +126,10 @@ private:
 /// Strict number parsing (whole string, finite); false when the text is not a number.
 bool parseInt64(std::string_view text, int64_t& out);
 bool parseDouble(std::string_view text, double& out);
+/// True for an optional sign and digits only: an integer, even one past the int64 range.
+bool looksLikeInteger(std::string_view text);
+/// True when |v| <= FLT_MAX (v finite).
+bool fitsFloat32(double v);
 
 /// Name resolution, definition cycles, function arity, extents and decay sign, and the structural
 /// rules between sections (delta needs beta, ...). Throws the first SpecError found.

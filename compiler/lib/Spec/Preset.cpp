@@ -1,5 +1,6 @@
 // Model presets (specs/presets/*.yaml): width, depth, vocabulary, attention heads.
 #include "Internal.h"
+#include "linac/Spec/Limits.h"
 #include "linac/Spec/SpecParser.h"
 
 #include <fmt/format.h>
@@ -17,18 +18,15 @@ PresetSpec parsePreset(std::string_view text, const std::string& file) {
   PresetSpec p;
   p.file = file;
   p.name = r.string("name");
-  p.hidden = r.positive("hidden");
-  p.layers = r.positive("layers");
-  p.vocab = r.positive("vocab");
-  p.attnHeads = r.positive("attn_heads");
+  p.hidden = r.integerIn("hidden", 1, limits::kMaxHidden);
+  p.layers = r.integerIn("layers", 1, limits::kMaxLayers);
+  p.vocab = r.integerIn("vocab", 1, limits::kMaxVocab);
+  p.attnHeads = r.integerIn("attn_heads", 1, limits::kMaxHeads);
   if (p.hidden % p.attnHeads != 0)
     throw SpecError(r.valueLoc("attn_heads"), fmt::format("attn_heads {} does not divide hidden {}", p.attnHeads, p.hidden));
-  if (r.has("intermediate")) {
-    p.intermediate = r.integer("intermediate");
-    if (p.intermediate < 0)
-      throw SpecError(r.valueLoc("intermediate"), fmt::format("field 'intermediate' must be 0 (default) or positive, got {}", p.intermediate));
-  }
-  p.maxSeqLen = r.positiveOr("max_seq_len", p.maxSeqLen);
+  // 0: fla's default width.
+  p.intermediate = r.integerInOr("intermediate", 0, limits::kMaxIntermediate, 0);
+  p.maxSeqLen = r.integerInOr("max_seq_len", 1, limits::kMaxSeqLen, p.maxSeqLen);
   p.tieEmbeddings = r.boolean("tie_embeddings", p.tieEmbeddings);
   return p;
 }

@@ -2,6 +2,7 @@
 // R linear layers then one attention layer), "pure", "transformer", an explicit list of 0-based
 // attention layer indices ("3,7,11" or "[3, 7, 11]"), or a schedule file wrapping one of these.
 #include "Internal.h"
+#include "linac/Spec/Limits.h"
 #include "linac/Spec/SpecParser.h"
 
 #include <fmt/format.h>
@@ -97,7 +98,8 @@ ScheduleSpec parseSchedule(std::string_view text, const SourceLoc& where) {
 }
 
 std::vector<bool> ScheduleSpec::expand(int64_t numLayers) const {
-  if (numLayers <= 0) throw SpecError(loc, fmt::format("layer count must be positive, got {}", numLayers));
+  if (numLayers < 1 || numLayers > limits::kMaxLayers)
+    throw SpecError(loc, fmt::format("layer count must be between 1 and {}, got {}", limits::kMaxLayers, numLayers));
   std::vector<bool> attn(static_cast<size_t>(numLayers), false);
   switch (kind) {
     case ScheduleKind::Pure: break;
@@ -154,6 +156,15 @@ ScheduleSpec parseScheduleFile(std::string_view text, const std::string& file) {
     s.text += std::to_string(s.attentionLayers[i]);
   }
   return s;
+}
+
+std::optional<std::vector<bool>> expandScheduleText(std::string_view text, int64_t numLayers, std::string& error) {
+  try {
+    return parseSchedule(text, SourceLoc{}).expand(numLayers);
+  } catch (const SpecError& e) {
+    error = e.message();
+    return std::nullopt;
+  }
 }
 
 ScheduleSpec loadSchedule(const std::string& pathOrText) {

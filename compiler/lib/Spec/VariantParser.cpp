@@ -1,6 +1,7 @@
 // YAML -> VariantSpec: the schema of specs/README.md, section by section, then the expression
 // checks of ExprAnalysis.cpp. The first problem found is thrown as a SpecError.
 #include "Internal.h"
+#include "linac/Spec/Limits.h"
 #include "linac/Spec/SpecParser.h"
 
 #include <fmt/format.h>
@@ -75,7 +76,7 @@ DimSpec readDim(const MapReader& m, const std::string& key) {
       throw SpecError(r.valueLoc("expand"), fmt::format("field 'expand' must be positive, got {}", d.expand));
     return d;
   }
-  d.absolute = m.positive(key);
+  d.absolute = m.integerIn(key, 1, limits::kMaxHeadDim);
   return d;
 }
 
@@ -87,8 +88,8 @@ InputSpec readInput(const YamlDoc& doc, const std::string& name, const SourceLoc
               {"extent", "low_rank", "conv", "activation", "l2norm", "token_shift", "bias", "rope"});
   r.require("extent");
   in.extent = r.enumeration("extent", kExtents, Extent::Key, "extent");
-  in.lowRank = r.positiveOr("low_rank", 0);
-  in.conv = r.positiveOr("conv", 0);
+  in.lowRank = r.integerInOr("low_rank", 1, limits::kMaxLowRank, 0);
+  in.conv = r.integerInOr("conv", 1, limits::kMaxConv, 0);
   in.activation = r.enumeration<Activation>(
       "activation",
       {{"none", Activation::None}, {"silu", Activation::Silu}, {"swish", Activation::Swish},
@@ -114,8 +115,8 @@ std::pair<double, double> readRange(const MapReader& r, const std::string& key) 
   double v[2];
   for (size_t i = 0; i < 2; ++i) {
     const YAML::Node& x = n[i];
-    if (!x.IsScalar() || !detail::parseDouble(x.Scalar(), v[i]))
-      throw SpecError(r.doc().loc(x, loc), fmt::format("init '{}' bounds must be finite numbers", key));
+    if (!x.IsScalar() || !detail::parseDouble(x.Scalar(), v[i]) || !detail::fitsFloat32(v[i]))
+      throw SpecError(r.doc().loc(x, loc), fmt::format("init '{}' bounds must be finite float32 numbers", key));
   }
   if (!(v[0] < v[1])) throw SpecError(loc, fmt::format("init '{}' range [{}, {}] is empty", key, v[0], v[1]));
   return {v[0], v[1]};
@@ -138,10 +139,10 @@ InitSpec readInit(const MapReader& p) {
   const std::string& kind = r.keys().front();
   if (kind == "constant") {
     init.kind = InitKind::Constant;
-    init.a = r.number(kind);
+    init.a = r.float32(kind);
   } else if (kind == "normal") {
     init.kind = InitKind::Normal;
-    init.a = r.number(kind);
+    init.a = r.float32(kind);
     if (init.a <= 0) throw SpecError(r.valueLoc(kind), fmt::format("normal init std must be positive, got {}", init.a));
   } else {
     init.kind = kind == "uniform" ? InitKind::Uniform : kind == "log_uniform" ? InitKind::LogUniform : InitKind::DtBias;
@@ -199,8 +200,10 @@ void readRecurrence(const YamlDoc& doc, const MapReader& top, VariantSpec& spec)
     throw SpecError(r.keyLoc("bonus"), "field 'bonus' is only used with readout: exclusive_bonus");
   }
   if (r.has("scale")) {
-    rec.scale = r.number("scale");
-    if (*rec.scale <= 0) throw SpecError(r.valueLoc("scale"), fmt::format("field 'scale' must be positive, got {}", *rec.scale));
+    rec.scale = r.float32("scale");
+    // Positive also as a float32: a value that rounds to 0 would zero the scores.
+    if (!(static_cast<float>(*rec.scale) > 0))
+      throw SpecError(r.valueLoc("scale"), fmt::format("field 'scale' must be positive, got {}", *rec.scale));
   }
 }
 
@@ -222,13 +225,13 @@ void readAttention(const MapReader& top, VariantSpec& spec) {
   if (!top.has("attention")) return;
   MapReader r(top.doc(), top.require("attention"), top.valueLoc("attention"), "attention",
               {"kv_heads", "rope", "rope_theta"});
-  spec.attention.kvHeads = r.positiveOr("kv_heads", 0);
+  spec.attention.kvHeads = r.integerInOr("kv_heads", 1, spec.heads, 0);
   if (spec.attention.kvHeads && spec.heads % spec.attention.kvHeads != 0)
     throw SpecError(r.valueLoc("kv_heads"), fmt::format("kv_heads {} does not divide heads {}",
                                                         spec.attention.kvHeads, spec.heads));
   spec.attention.rope = r.boolean("rope", true);
   if (r.has("rope_theta")) {
-    spec.attention.ropeTheta = r.number("rope_theta");
+    spec.attention.ropeTheta = r.float32("rope_theta");
     if (spec.attention.ropeTheta <= 0)
       throw SpecError(r.valueLoc("rope_theta"), fmt::format("field 'rope_theta' must be positive, got {}", spec.attention.ropeTheta));
   }
@@ -251,9 +254,9 @@ VariantSpec parseVariant(std::string_view text, const std::string& file) {
   spec.kind = top.enumeration<VariantKind>("kind", {{"linear", VariantKind::Linear}, {"attention", VariantKind::Attention}},
                                            VariantKind::Linear, "kind");
   spec.description = top.stringOr("description", "");
-  spec.heads = top.positive("heads");
-  spec.chunk = top.positiveOr("chunk", spec.chunk);
-  if (spec.chunk < kMinChunk || spec.chunk > kMaxChunk || (spec.chunk & (spec.chunk - 1)) != 0)
+  spec.heads = top.integerIn("heads", 1, limits::kMaxHeads);
+  spec.chunk = top.integerInOr("chunk", kMinChunk, kMaxChunk, spec.chunk);
+  if ((spec.chunk & (spec.chunk - 1)) != 0)
     throw SpecError(top.valueLoc("chunk"), fmt::format("chunk must be a power of two in [{}, {}], got {}",
                                                        kMinChunk, kMaxChunk, spec.chunk));
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -93,6 +94,13 @@ bool parseDouble(std::string_view text, double& out) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return ec == std::errc() && end == text.data() + text.size() && std::isfinite(out);
 }
+
+bool looksLikeInteger(std::string_view text) {
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) text.remove_prefix(1);
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool fitsFloat32(double v) { return std::isfinite(v) && std::fabs(v) <= FLT_MAX; }
 
 // ----- YamlDoc ---------------------------------------------------------------------------------
 
@@ -220,26 +228,19 @@ std::string MapReader::stringOr(const std::string& key, const std::string& dflt)
   return has(key) ? string(key) : dflt;
 }
 
-int64_t MapReader::integer(const std::string& key) const {
+int64_t MapReader::integerIn(const std::string& key, int64_t lo, int64_t hi) const {
   std::string text = scalarText(require(key), key, "an integer");
   int64_t v = 0;
-  if (!parseInt64(text, v))
+  const bool parsed = parseInt64(text, v);
+  if (!parsed && !looksLikeInteger(text))
     throw SpecError(valueLoc(key), fmt::format("field '{}' must be an integer, got '{}'", key, text));
+  if (!parsed || v < lo || v > hi)
+    throw SpecError(valueLoc(key), fmt::format("field '{}' must be between {} and {}, got {}", key, lo, hi, text));
   return v;
 }
 
-int64_t MapReader::integerOr(const std::string& key, int64_t dflt) const {
-  return has(key) ? integer(key) : dflt;
-}
-
-int64_t MapReader::positive(const std::string& key) const {
-  int64_t v = integer(key);
-  if (v <= 0) throw SpecError(valueLoc(key), fmt::format("field '{}' must be positive, got {}", key, v));
-  return v;
-}
-
-int64_t MapReader::positiveOr(const std::string& key, int64_t dflt) const {
-  return has(key) ? positive(key) : dflt;
+int64_t MapReader::integerInOr(const std::string& key, int64_t lo, int64_t hi, int64_t dflt) const {
+  return has(key) ? integerIn(key, lo, hi) : dflt;
 }
 
 double MapReader::number(const std::string& key) const {
@@ -247,6 +248,14 @@ double MapReader::number(const std::string& key) const {
   double v = 0;
   if (!parseDouble(text, v))
     throw SpecError(valueLoc(key), fmt::format("field '{}' must be a finite number, got '{}'", key, text));
+  return v;
+}
+
+double MapReader::float32(const std::string& key) const {
+  const double v = number(key);
+  if (!fitsFloat32(v))
+    throw SpecError(valueLoc(key), fmt::format("field '{}' must be a float32 number (magnitude at most {}), got {}",
+                                               key, FLT_MAX, v));
   return v;
 }
 

@@ -1,6 +1,7 @@
 //===- LinacOps.cpp - linac operations -------------------------------------===//
 
 #include "linac/Dialect/Linac/IR/LinacOps.h"
+#include "linac/Spec/SpecParser.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -54,49 +55,11 @@ static std::string str(FieldType t) {
 FailureOr<SmallVector<bool>>
 mlir::linac::expandSchedule(StringRef schedule, int64_t numLayers,
                             std::string &error) {
-  auto fail = [&](const Twine &what) -> FailureOr<SmallVector<bool>> {
-    error = (what + "; valid schedules: 'pure', 'transformer', 'R:1' (R >= 1 "
-                    "linear layers per attention layer), 'explicit:i,j,...' "
-                    "(0-based attention layer indices)")
-                .str();
+  std::optional<std::vector<bool>> layers = ::linac::spec::expandScheduleText(
+      std::string_view(schedule.data(), schedule.size()), numLayers, error);
+  if (!layers)
     return failure();
-  };
-  if (numLayers <= 0)
-    return fail("num_layers must be positive, got " + Twine(numLayers));
-  SmallVector<bool> attention(numLayers, false);
-  if (schedule == "pure")
-    return attention;
-  if (schedule == "transformer") {
-    attention.assign(numLayers, true);
-    return attention;
-  }
-  StringRef rest = schedule;
-  if (rest.consume_front("explicit:")) {
-    SmallVector<StringRef> parts;
-    rest.split(parts, ',');
-    for (StringRef part : parts) {
-      int64_t index;
-      if (part.trim().getAsInteger(10, index))
-        return fail("bad schedule '" + schedule + "': '" + part +
-                    "' is not a layer index");
-      if (index < 0 || index >= numLayers)
-        return fail("bad schedule '" + schedule + "': layer index " +
-                    Twine(index) + " is out of range [0, " + Twine(numLayers) +
-                    ")");
-      if (attention[index])
-        return fail("bad schedule '" + schedule + "': layer index " +
-                    Twine(index) + " is listed twice");
-      attention[index] = true;
-    }
-    return attention;
-  }
-  auto [ratio, one] = rest.split(':');
-  int64_t r;
-  if (one != "1" || ratio.getAsInteger(10, r) || r < 1)
-    return fail("bad schedule '" + schedule + "'");
-  for (int64_t i = 0; i < numLayers; ++i)
-    attention[i] = (i % (r + 1)) == r;
-  return attention;
+  return SmallVector<bool>(layers->begin(), layers->end());
 }
 
 //===----------------------------------------------------------------------===//

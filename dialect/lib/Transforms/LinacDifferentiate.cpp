@@ -3,7 +3,8 @@
 // Reverse-mode differentiation of the scalar bodies of prologue maps that feed
 // any operand of a recurrence (q, k, v, decay, beta) or the output's gate and
 // residual. The gradient map for a map result
-// r over operands x_0..x_{N-1} has N results: dr/dx_i (broadcast type).
+// r over operands x_0..x_{N-1} has N results: dr/dx_i (broadcast type). A map
+// without operands (a constant role) gets none.
 //
 //===----------------------------------------------------------------------===//
 
@@ -273,7 +274,9 @@ struct LinacDifferentiate
         if (!value)
           continue;
         auto map = value.getDefiningOp<MapOp>();
-        if (!map || map.isGradient())
+        // A map without operands is a constant (`decay: "-0.5"`): nothing to
+        // differentiate, and a gradient map would have no results.
+        if (!map || map.isGradient() || map.getInputs().empty())
           continue;
         unsigned index = cast<OpResult>(value).getResultNumber();
         bool seen = llvm::any_of(targets, [&](const Target &t) {
@@ -290,7 +293,9 @@ struct LinacDifferentiate
         if (!value)
           continue;
         auto map = value.getDefiningOp<MapOp>();
-        if (!map || map.isGradient())
+        // A map without operands is a constant (`decay: "-0.5"`): nothing to
+        // differentiate, and a gradient map would have no results.
+        if (!map || map.isGradient() || map.getInputs().empty())
           continue;
         unsigned index = cast<OpResult>(value).getResultNumber();
         targets.push_back({map, index, name});

@@ -12,6 +12,8 @@ void mlir::linac::buildLinacPipeline(OpPassManager &pm, llvm::StringRef target) 
   // Fold the arith in the new gradient bodies (gradient maps are kept).
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // After the last fold: no inf or nan constant reaches the emitters.
+  pm.addPass(createLinacCheckConstantsPass());
   LinacSelectAlgorithmPassOptions options;
   options.target = target.str();
   pm.addPass(createLinacSelectAlgorithmPass(options));

@@ -27,7 +27,7 @@ const Case kCases[] = {
   {"missing_field.yaml", "fixtures/missing_field.yaml:1:1: error: missing required field 'heads' in variant"},
   {"duplicate_field.yaml", "fixtures/duplicate_field.yaml:4:1: error: duplicate field 'heads' in variant (first given at line 2)"},
   {"wrong_type.yaml", "fixtures/wrong_type.yaml:2:8: error: field 'heads' must be an integer, got 'four'"},
-  {"nonpositive_dim.yaml", "fixtures/nonpositive_dim.yaml:3:10: error: field 'key_dim' must be positive, got 0"},
+  {"nonpositive_dim.yaml", "fixtures/nonpositive_dim.yaml:3:10: error: field 'key_dim' must be between 1 and 65536, got 0"},
   {"unknown_name.yaml", "fixtures/unknown_name.yaml:15:16: error: unknown name 'A_lgo' in expression; did you mean 'A_log'?"},
   {"unknown_function.yaml", "fixtures/unknown_function.yaml:15:25: error: unknown function 'expp'; did you mean 'exp'? (valid: abs, clamp, exp, log, logsigmoid, max, min, pow, rsqrt, sigmoid, silu, softplus, sqrt, tanh)"},
   // The ')' of "softplus(a +)": the string starts after the quote in column 11.

@@ -54,7 +54,7 @@ TEST(Expr, Errors) {
   EXPECT_EQ(err("exp()"), "e:1:5: error: function 'exp' needs arguments");
   EXPECT_EQ(err("a ^ 2"), "e:1:3: error: unexpected '^' after the expression");
   EXPECT_EQ(err("1e"), "e:1:3: error: malformed number: expected exponent digits");
-  EXPECT_EQ(err("1e999"), "e:1:1: error: number '1e999' is out of range");
+  EXPECT_EQ(err("1e999"), "e:1:1: error: number '1e999' is out of range (float32 numbers are at most 3.4028235e+38)");
   EXPECT_EQ(err("."), "e:1:1: error: malformed number: expected digits");
   EXPECT_EQ(err(std::string(300, '(') + "a" + std::string(300, ')')),
             "e:1:201: error: expression nests deeper than 200 levels");

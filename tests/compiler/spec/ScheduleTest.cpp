@@ -52,6 +52,27 @@ TEST(Schedule, ExplicitIndexOutOfRange) {
             "24-layer model (valid: 0..23)");
 }
 
+TEST(Schedule, LayerCountIsBounded) {
+  EXPECT_EQ(errorOf([] { parseSchedule("pure", kCli).expand(0); }),
+            "--schedule: error: layer count must be between 1 and 1024, got 0");
+  EXPECT_EQ(errorOf([] { parseSchedule("3:1", kCli).expand(int64_t(1) << 40); }),
+            "--schedule: error: layer count must be between 1 and 1024, got 1099511627776");
+}
+
+TEST(Schedule, TextExpansionForTheDialectHasTheSameMeaningAndMessages) {
+  // linac.model's verifier and linac-expand-schedule use expandScheduleText: what the front end
+  // accepts it accepts, and what it rejects it rejects with the same message.
+  std::string error;
+  for (const char* text : {"3:1", "24:1", "pure", "transformer", "3,7", "[1, 2]"})
+    EXPECT_EQ(expandScheduleText(text, 24, error), parseSchedule(text, kCli).expand(24)) << text;
+  for (auto [text, layers] : {std::pair<const char*, int64_t>{"3,30", 24}, {"3:2", 24}, {"0:1", 24}, {"3,3", 24},
+                              {"pure", 0}, {"", 4}}) {
+    error.clear();
+    EXPECT_EQ(expandScheduleText(text, layers, error), std::nullopt) << text;
+    EXPECT_EQ("--schedule: error: " + error, errorOf([&] { parseSchedule(text, kCli).expand(layers); })) << text;
+  }
+}
+
 TEST(Schedule, Files) {
   const std::string dir = std::string(LINAC_SPECS_DIR) + "/schedules/";
   EXPECT_EQ(loadSchedule(dir + "3to1.yaml").ratio, 3);

@@ -14,6 +14,7 @@
 #include "mlir/IR/Value.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace linac {
@@ -22,10 +23,22 @@ namespace linac {
 /// being built; returns a null Value for names it does not know.
 using RefResolver = std::function<mlir::Value(const std::string& name)>;
 
-/// Emits `expr` at the builder's insertion point and returns its f32 result. Throws
-/// spec::SpecError for unknown functions or wrong argument counts (the parser rejects these
+/// A definition's expression, substituted wherever the definition is referenced, and the
+/// location its ops get.
+struct Definition {
+  const spec::Expr* expr;
+  mlir::Location loc;
+};
+/// The definition of a name, or nullopt for names that are not definitions.
+using DefinitionLookup = std::function<std::optional<Definition>(const std::string& name)>;
+
+/// Emits `expr` at the builder's insertion point and returns its f32 result; ops get `loc`, or
+/// their definition's location. Names resolve through `resolve` first, then `definitions`.
+/// Without recursion, so an expression of any size lowers. Throws spec::SpecError for unknown
+/// names and functions, wrong argument counts and cyclic definitions (the parser rejects these
 /// first; this is the backstop for programmatic callers).
 mlir::Value lowerExprToArith(mlir::OpBuilder& builder, mlir::Location loc,
-                             const spec::Expr& expr, const RefResolver& resolve);
+                             const spec::Expr& expr, const RefResolver& resolve,
+                             const DefinitionLookup& definitions);
 
 }  // namespace linac

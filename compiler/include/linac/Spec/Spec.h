@@ -35,6 +35,9 @@ struct Expr {
   std::string name;                          // Ref: the name; Call: the function
   char op = 0;                               // Binary: one of + - * /
   std::vector<std::shared_ptr<const Expr>> args;  // Neg: 1, Binary: 2, Call: its arguments
+
+  /// Releases the operands without recursion (a long sum is a deep chain of nodes).
+  ~Expr();
 };
 using ExprPtr = std::shared_ptr<const Expr>;
 

@@ -3,8 +3,10 @@
 
 #include "linac/Spec/Spec.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace linac::spec {
 
@@ -21,6 +23,11 @@ ScheduleSpec parseSchedule(std::string_view text, const SourceLoc& where);
 ScheduleSpec loadSchedule(const std::string& pathOrText);
 /// The contents of a schedule file (a mapping with `schedule:` or `attention_layers:`).
 ScheduleSpec parseScheduleFile(std::string_view text, const std::string& file);
+/// A schedule text (a form parseSchedule takes) expanded over `numLayers` layers, for code that
+/// does not use exceptions (the dialect's linac.model): on bad text or an index out of range,
+/// nullopt, with `error` set to the message parseSchedule or ScheduleSpec::expand gives.
+std::optional<std::vector<bool>> expandScheduleText(std::string_view text, int64_t numLayers,
+                                                    std::string& error);
 
 /// A preset by name (searched in `presetDir`) or path.
 PresetSpec loadPreset(const std::string& nameOrPath, const std::string& presetDir);

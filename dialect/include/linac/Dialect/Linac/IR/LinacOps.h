@@ -18,9 +18,12 @@
 
 namespace mlir::linac {
 
-/// Expands a schedule text (`pure`, `transformer`, `R:1`, `explicit:i,j,..`)
-/// over `numLayers` layers into one flag per layer (true = attention).
-/// On bad text returns failure and sets `error` (lowercase, values inline).
+/// Expands a schedule text (`pure`, `transformer`, `R:1`, `i,j,...`) over
+/// `numLayers` layers into one flag per layer (true = attention), with the spec
+/// front end's parser and expansion (linac/Spec/SpecParser.h), so that a
+/// schedule means, and is rejected with, the same everywhere. On bad text or an
+/// index out of range returns failure and sets `error` to the front end's
+/// message.
 llvm::FailureOr<llvm::SmallVector<bool>>
 expandSchedule(llvm::StringRef schedule, int64_t numLayers, std::string &error);
 

@@ -67,12 +67,14 @@ def Linac_AttentionOp : Linac_Op<"attention", [Symbol]> {
 def Linac_ModelOp : Linac_Op<"model", [Symbol]> {
   let summary = "a hybrid model: layer count, sizes and schedule";
   let description = [{
-    Describes the hybrid stack. `schedule` is one of `pure` (all layers use
-    `linear`), `transformer` (all use `attention`), `R:1` (blocks of R linear
-    layers then 1 attention layer, repeated over `num_layers`; a trailing
-    partial block is linear) or `explicit:i,j,...` (0-based attention layer
-    indices). `layers` (one symbol per layer) is filled by
-    `linac-expand-schedule`.
+    Describes the hybrid stack. `schedule` is a schedule in the text form of
+    specs/README.md: `pure` (all layers use `linear`), `transformer` (all use
+    `attention`), `R:1` (blocks of R linear layers then 1 attention layer,
+    repeated over `num_layers`; a trailing partial block is linear, and when
+    R + 1 exceeds `num_layers` the last layer is attention) or `i,j,...`
+    (0-based attention layer indices). It is parsed and checked by the spec
+    front end, as `linac compile` and `linac train` do. `layers` (one symbol
+    per layer) is filled by `linac-expand-schedule`.
 
     Example:
 

@@ -11,8 +11,8 @@ namespace mlir::linac {
 #define GEN_PASS_DECL
 #include "linac/Dialect/Linac/Transforms/Passes.h.inc"
 
-/// verify, infer-decay-class, canonicalize, differentiate,
-/// select-algorithm{target}, expand-schedule, verify.
+/// verify, infer-decay-class, canonicalize, differentiate, canonicalize, cse,
+/// check-constants, select-algorithm{target}, expand-schedule, verify.
 void buildLinacPipeline(OpPassManager &pm, llvm::StringRef target);
 
 #define GEN_PASS_REGISTRATION

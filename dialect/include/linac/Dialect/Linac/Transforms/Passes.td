@@ -39,7 +39,8 @@ def LinacDifferentiatePass : Pass<"linac-differentiate", "::mlir::ModuleOp"> {
     `linac.map {role = "grad:<operand>"}` over the same operands whose i-th
     result is d(result)/d(operand i), built by reverse-mode differentiation
     of the scalar body. If the map has several results, the differentiated
-    result's index is in the `result` attribute of the gradient map.
+    result's index is in the `result` attribute of the gradient map. A map
+    without operands (a constant, such as a fixed decay) has no gradient map.
 
     Supported: arith.addf subf mulf divf negf maximumf minimumf maxnumf
     minnumf select constant cmpf (no gradient), math.exp expm1 log log1p tanh
@@ -48,6 +49,19 @@ def LinacDifferentiatePass : Pass<"linac-differentiate", "::mlir::ModuleOp"> {
     Example: `linac-opt -linac-differentiate in.mlir`
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
+def LinacCheckConstantsPass : Pass<"linac-check-constants", "::mlir::ModuleOp"> {
+  let summary = "reject inf and nan constants in map bodies";
+  let description = [{
+    Fails, at the `linac.map`'s location, when a float `arith.constant` in a
+    map body is inf or nan: folding (canonicalize, or the chain rule of
+    `linac-differentiate`) produced it from finite operands, and generated
+    code cannot hold it. Runs after the last fold of the pipeline.
+
+    Example: `linac-opt -linac-check-constants in.mlir`
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
 def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"> {
