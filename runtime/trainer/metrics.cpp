@@ -1,92 +1,74 @@
 #include "trainer/metrics.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
-#include <regex>
 #include <sstream>
-#include <vector>
 
 namespace linac::trainer::detail {
 namespace {
 
-std::string number(double v) {
-  if (!std::isfinite(v))
-    return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+// JSON has no NaN or infinity: they are written as null.
+nlohmann::ordered_json number(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
+
+// Whether a metrics line is kept on resume: a whole JSON object of a step <= keepUpToStep.
+bool keepLine(const std::string& line, int64_t keepUpToStep) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object())
+    return false;  // cut short by a kill or a full disk
+  auto step = j.find("step");
+  return step == j.end() || !step->is_number_integer() || step->get<int64_t>() <= keepUpToStep;
 }
 
-// A JSON string literal: quotes, backslashes and control characters escaped.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+// One line; bytes that are not UTF-8 (in a path inside an error message) become U+FFFD.
+std::string jsonLine(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, int64_t keepUpToStep) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keepUpToStep) {
+  std::string kept;
   if (keepUpToStep >= 0) {
-    std::vector<std::string> kept;
-    {
-      std::ifstream in(path);
-      static const std::regex stepKey(R"re("step":\s*(-?\d+))re");
-      std::string line;
-      while (std::getline(in, line)) {
-        std::smatch m;
-        if (std::regex_search(line, m, stepKey) && std::stoll(m[1].str()) > keepUpToStep)
-          continue;
-        kept.push_back(line);
-      }
-    }
-    std::ofstream rewrite(path, std::ios::trunc);
-    for (const auto& line : kept)
-      rewrite << line << "\n";
+    std::istringstream in(readFileIfExists(path).value_or(""));
+    for (std::string line; std::getline(in, line);)
+      if (keepLine(line, keepUpToStep))
+        kept += line + "\n";
   }
-  out_.open(path, std::ios::app);
-  if (!out_)
-    throw TrainError("cannot open " + path + " for writing");
-}
-
-void MetricsWriter::emit(const std::string& line) {
-  // Flushed per line so `tail -f` and a crash both see every completed step.
-  out_ << line << "\n" << std::flush;
-  if (!out_)
-    throw TrainError("cannot write to " + path_);
+  writeFileAtomically(path, kept);
+  out_.emplace(path);
 }
 
 void MetricsWriter::write(const StepStats& s) {
-  std::ostringstream line;
-  line << "{\"step\":" << s.step << ",\"loss\":" << number(s.loss) << ",\"lr\":" << number(s.lr)
-       << ",\"grad_norm\":" << number(s.gradNorm) << ",\"tokens_per_s\":" << number(s.tokensPerS)
-       << ",\"elapsed\":" << number(s.elapsedS) << "}";
-  emit(line.str());
+  nlohmann::ordered_json j;
+  j["step"] = s.step;
+  j["loss"] = number(s.loss);
+  j["lr"] = number(s.lr);
+  j["grad_norm"] = number(s.gradNorm);
+  j["tokens_per_s"] = number(s.tokensPerS);
+  j["elapsed"] = number(s.elapsedS);
+  out_->append(jsonLine(j));
 }
 
 void MetricsWriter::write(const EvalStats& s, double elapsedS) {
-  std::ostringstream line;
-  line << "{\"step\":" << s.step << ",\"eval_loss\":" << number(s.loss)
-       << ",\"eval_ppl\":" << number(s.ppl);
-  if (!std::isnan(s.accuracy))
-    line << ",\"eval_accuracy\":" << number(s.accuracy) << ",\"eval_targets\":" << s.targets;
-  line << ",\"elapsed\":" << number(elapsedS) << "}";
-  emit(line.str());
+  nlohmann::ordered_json j;
+  j["step"] = s.step;
+  j["eval_loss"] = number(s.loss);
+  j["eval_ppl"] = number(s.ppl);
+  if (!std::isnan(s.accuracy)) {
+    j["eval_accuracy"] = number(s.accuracy);
+    j["eval_targets"] = s.targets;
+  }
+  j["elapsed"] = number(elapsedS);
+  out_->append(jsonLine(j));
 }
 
 void MetricsWriter::writeError(int64_t step, const std::string& message) {
-  emit("{\"step\":" + std::to_string(step) + ",\"error\":" + quoted(message) + "}");
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["error"] = message;
+  out_->append(jsonLine(j));
 }
 
 std::string formatDuration(double seconds) {

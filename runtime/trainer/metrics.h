@@ -2,9 +2,10 @@
 // Internal to runtime/trainer.
 #pragma once
 
+#include "trainer/file_io.h"
 #include "trainer/trainer.h"
 
-#include <fstream>
+#include <optional>
 #include <string>
 
 namespace linac::trainer::detail {
@@ -15,18 +16,18 @@ namespace linac::trainer::detail {
 /// non-finite loss: {"step","error"}. Non-finite numbers are written as null (JSON has no NaN).
 class MetricsWriter {
 public:
-  /// Opens `path` for appending. With keepUpToStep >= 0 (a resume), first drops the lines of
-  /// steps after it, which the interrupted run logged past its last checkpoint: the resumed run
-  /// logs those steps again, and the file should hold each step once.
+  /// keepUpToStep < 0 (a fresh start): `path` starts empty. keepUpToStep >= 0 (a resume): the
+  /// lines of later steps, which the interrupted run logged past its checkpoint, are dropped
+  /// (the resumed run logs those steps again, and the file should hold each step once), and so
+  /// is a line a kill cut short. Either way the new file replaces the old one by rename, so a
+  /// kill or a full disk meanwhile leaves the old one whole. Lines are then appended.
   MetricsWriter(const std::string& path, int64_t keepUpToStep);
   void write(const StepStats& stats);
   void write(const EvalStats& stats, double elapsedS);
   void writeError(int64_t step, const std::string& message);
 
 private:
-  void emit(const std::string& line);
-  std::string path_;
-  std::ofstream out_;
+  std::optional<AppendFile> out_;
 };
 
 /// "step 120/1000 | loss 2.341 | lr 2.9e-04 | 5.1k tok/s | ETA 3m12s"

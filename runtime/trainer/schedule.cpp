@@ -1,12 +1,12 @@
 // The pure parts of training: the learning-rate schedule, the weight-decay split, the config
-// as JSON.
+// as JSON (nlohmann-json; numbers round-trip exactly).
 #include "trainer/trainer.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numbers>
-#include <sstream>
 
 namespace linac::trainer {
 
@@ -14,11 +14,11 @@ double learningRate(const TrainConfig& c, int64_t step) {
   if (c.warmupSteps > 0 && step <= c.warmupSteps)
     return c.lr * static_cast<double>(step) / static_cast<double>(c.warmupSteps);
   const double floor = c.lr * c.minLrRatio;
-  const int64_t decaySteps = c.steps - c.warmupSteps;
+  const int64_t decaySteps = (c.scheduleSteps > 0 ? c.scheduleSteps : c.steps) - c.warmupSteps;
   if (decaySteps <= 0)
     return c.lr;
   double progress = static_cast<double>(step - c.warmupSteps) / static_cast<double>(decaySteps);
-  progress = std::clamp(progress, 0.0, 1.0);  // steps past the end (a run extended on resume) stay at the floor
+  progress = std::clamp(progress, 0.0, 1.0);  // steps past the schedule (a run extended on resume) stay at the floor
   return floor + (c.lr - floor) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
@@ -38,38 +38,92 @@ ParamGroups splitForWeightDecay(const torch::nn::Module& module) {
   return groups;
 }
 
-namespace {
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-}  // namespace
-
 std::string configToJson(const TrainConfig& c) {
-  std::ostringstream o;
-  o.precision(17);
-  o << "{\"steps\":" << c.steps << ",\"batch\":" << c.batch << ",\"accumulation\":" << c.accumulation
-    << ",\"seq_len\":" << c.seqLen << ",\"lr\":" << c.lr << ",\"warmup_steps\":" << c.warmupSteps
-    << ",\"min_lr_ratio\":" << c.minLrRatio << ",\"beta1\":" << c.beta1 << ",\"beta2\":" << c.beta2
-    << ",\"eps\":" << c.eps << ",\"weight_decay\":" << c.weightDecay << ",\"grad_clip\":" << c.gradClip
-    << ",\"autocast\":" << (c.autocast ? "true" : "false") << ",\"eval_every\":" << c.evalEvery
-    << ",\"eval_batches\":" << c.evalBatches << ",\"checkpoint_every\":" << c.checkpointEvery
-    << ",\"keep_checkpoints\":" << c.keepCheckpoints << ",\"log_every\":" << c.logEvery
-    << ",\"out_dir\":" << quoted(c.outDir) << ",\"seed\":" << c.seed
-    << ",\"resume\":" << (c.resume ? "true" : "false") << ",\"device\":" << quoted(c.device.str()) << "}";
-  return o.str();
+  nlohmann::ordered_json j;
+  j["steps"] = c.steps;
+  j["schedule_steps"] = c.scheduleSteps;
+  j["batch"] = c.batch;
+  j["accumulation"] = c.accumulation;
+  j["seq_len"] = c.seqLen;
+  j["lr"] = c.lr;
+  j["warmup_steps"] = c.warmupSteps;
+  j["min_lr_ratio"] = c.minLrRatio;
+  j["beta1"] = c.beta1;
+  j["beta2"] = c.beta2;
+  j["eps"] = c.eps;
+  j["weight_decay"] = c.weightDecay;
+  j["grad_clip"] = c.gradClip;
+  j["autocast"] = c.autocast;
+  j["eval_every"] = c.evalEvery;
+  j["eval_batches"] = c.evalBatches;
+  j["eval_progress_every_s"] = c.evalProgressEveryS;
+  j["checkpoint_every"] = c.checkpointEvery;
+  j["keep_checkpoints"] = c.keepCheckpoints;
+  j["log_every"] = c.logEvery;
+  j["out_dir"] = c.outDir;
+  j["seed"] = c.seed;
+  j["data_source"] = c.dataSource;
+  j["resume"] = c.resume;
+  j["overwrite"] = c.overwrite;
+  j["accept_changes"] = c.acceptChanges;
+  j["device"] = c.device.str();
+  return j.dump();
+}
+
+TrainConfig configFromJson(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw TrainError(std::string("the stored training config is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object())
+    throw TrainError("the stored training config is not a JSON object");
+  TrainConfig c;
+  auto read = [&](const char* key, auto& field) {
+    auto it = j.find(key);
+    if (it == j.end())
+      throw TrainError(std::string("the stored training config has no \"") + key + "\"");
+    try {
+      it->get_to(field);
+    } catch (const nlohmann::json::exception&) {
+      throw TrainError(std::string("the stored training config's \"") + key + "\" has the wrong type: " + it->dump());
+    }
+  };
+  read("steps", c.steps);
+  read("schedule_steps", c.scheduleSteps);
+  read("batch", c.batch);
+  read("accumulation", c.accumulation);
+  read("seq_len", c.seqLen);
+  read("lr", c.lr);
+  read("warmup_steps", c.warmupSteps);
+  read("min_lr_ratio", c.minLrRatio);
+  read("beta1", c.beta1);
+  read("beta2", c.beta2);
+  read("eps", c.eps);
+  read("weight_decay", c.weightDecay);
+  read("grad_clip", c.gradClip);
+  read("autocast", c.autocast);
+  read("eval_every", c.evalEvery);
+  read("eval_batches", c.evalBatches);
+  read("eval_progress_every_s", c.evalProgressEveryS);
+  read("checkpoint_every", c.checkpointEvery);
+  read("keep_checkpoints", c.keepCheckpoints);
+  read("log_every", c.logEvery);
+  read("out_dir", c.outDir);
+  read("seed", c.seed);
+  read("data_source", c.dataSource);
+  read("resume", c.resume);
+  read("overwrite", c.overwrite);
+  read("accept_changes", c.acceptChanges);
+  std::string device;
+  read("device", device);
+  try {
+    c.device = torch::Device(device);
+  } catch (const std::exception&) {
+    throw TrainError("the stored training config's device \"" + device + "\" is not a device");
+  }
+  return c;
 }
 
 }  // namespace linac::trainer

@@ -2,50 +2,69 @@
 #include "trainer/trainer.h"
 
 #include "trainer/checkpoint.h"
+#include "trainer/file_io.h"
 #include "trainer/metrics.h"
+#include "trainer/run_dir.h"
 
 #include <ATen/autocast_mode.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
 
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
-
-namespace fs = std::filesystem;
 
 namespace linac::trainer {
 namespace {
 
-volatile std::sig_atomic_t gSigint = 0;
+// The first stop signal received during run(), 0 when none.
+volatile std::sig_atomic_t gStopSignal = 0;
 
-extern "C" void onSigint(int) { gSigint = 1; }
+extern "C" void onStopSignal(int signo) {
+  if (gStopSignal == 0)
+    gStopSignal = signo;
+}
 
-// Installs the Ctrl-C handler for the duration of run(). SA_RESETHAND restores the default
-// action after the first signal, so a second Ctrl-C kills a run stuck inside a long step.
-class SigintGuard {
+// Installs the stop handlers for the duration of run(): Ctrl-C (SIGINT), and SIGTERM / SIGHUP,
+// which schedulers, containers and service managers send. Each finishes the current step,
+// checkpoints and returns. SA_RESETHAND restores the default action after the first signal, so
+// a second one kills a run stuck inside a long step.
+class StopSignalGuard {
 public:
-  SigintGuard() {
-    gSigint = 0;
+  StopSignalGuard() {
+    gStopSignal = 0;
     struct sigaction action {};
-    action.sa_handler = onSigint;
+    action.sa_handler = onStopSignal;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESETHAND;
-    installed_ = ::sigaction(SIGINT, &action, &previous_) == 0;
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      installed_[i] = ::sigaction(kSignals[i], &action, &previous_[i]) == 0;
   }
-  ~SigintGuard() {
-    if (installed_)
-      ::sigaction(SIGINT, &previous_, nullptr);
+  ~StopSignalGuard() {
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      if (installed_[i])
+        ::sigaction(kSignals[i], &previous_[i], nullptr);
   }
-  SigintGuard(const SigintGuard&) = delete;
-  SigintGuard& operator=(const SigintGuard&) = delete;
+  StopSignalGuard(const StopSignalGuard&) = delete;
+  StopSignalGuard& operator=(const StopSignalGuard&) = delete;
 
 private:
-  struct sigaction previous_ {};
-  bool installed_ = false;
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_{};
+  std::array<bool, 3> installed_{};
 };
+
+const char* signalName(int signo) {
+  switch (signo) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
 
 // bf16 autocast around a forward pass on CUDA, as torch.autocast("cuda", torch.bfloat16) does
 // in Python: master weights stay fp32, matmuls run in bf16, and backward runs outside the
@@ -187,9 +206,9 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
   }
   if (hooks_.afterBackward) {
     // Data parallel: the hook averages the gradients and [loss, stop flag] across ranks, so the
-    // stop decision (requestStop / Ctrl-C) is the same on every rank; run() reads agreedStop_.
+    // stop decision (requestStop / a stop signal) is the same on every rank; run() reads agreedStop_.
     torch::Tensor shared = torch::stack(
-        {lossSum, torch::full({}, (stop_ || gSigint != 0) ? 1.0 : 0.0, lossSum.options())});
+        {lossSum, torch::full({}, (stop_ || gStopSignal != 0) ? 1.0 : 0.0, lossSum.options())});
     hooks_.afterBackward(shared);
     lossSum = shared[0];
     agreedStop_ = shared[1].item<double>() > 0;
@@ -235,20 +254,34 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
   return meanLoss;
 }
 
-EvalStats Trainer::evaluate(int64_t step) {
+void Trainer::setRunFiles(std::vector<RunFile> files) { runFiles_ = std::move(files); }
+
+EvalStats Trainer::evaluate(int64_t step) { return *evaluateUntilStopped(step, /*interruptible=*/false); }
+
+std::optional<EvalStats> Trainer::evaluateUntilStopped(int64_t step, bool interruptible) {
   if (!heldOut_.defined() || heldOut_.numel() == 0)
     throw TrainError("evaluate: the trainer was given no held-out windows", step);
-  const bool wasTraining = module_->is_training();
+  struct ModeGuard {  // back to training mode however the evaluation ends
+    torch::nn::Module& module;
+    bool wasTraining;
+    ~ModeGuard() { module.train(wasTraining); }
+  } mode{*module_, module_->is_training()};
   module_->eval();
   torch::NoGradGuard noGrad;
   const bool autocast = config_.autocast && config_.device.is_cuda();
   const int64_t windows = heldOut_.size(0);
   const int64_t limit = config_.evalBatches > 0 ? std::min(windows, config_.evalBatches * config_.batch) : windows;
+  const int64_t batches = (limit + config_.batch - 1) / config_.batch;
+  const Clock::time_point evalStart = Clock::now();
+  Clock::time_point lastReport = evalStart;
   double lossSum = 0;
   int64_t tokens = 0;
   const bool explicitTargets = heldOut_.dim() == 3;  // [N, 2, seqLen]: accuracy is reported too
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < limit; begin += config_.batch) {
+  for (int64_t b = 0; b < batches; ++b) {
+    if (interruptible && (stop_ || gStopSignal != 0))
+      return std::nullopt;
+    const int64_t begin = b * config_.batch;
     torch::Tensor window = heldOut_.slice(0, begin, std::min(begin + config_.batch, limit)).to(config_.device);
     auto [inputs, targetsBT] = splitWindow(window, config_.seqLen);  // [b, seqLen] each
     torch::Tensor targets = targetsBT.reshape({-1});                  // [b * seqLen]
@@ -264,8 +297,14 @@ EvalStats Trainer::evaluate(int64_t step) {
     tokens += scored.sum().item<int64_t>();
     if (explicitTargets)
       correct += (flat.argmax(-1).eq(targets) & scored).sum().item<int64_t>();
+    // A long evaluation says how far it is, so it is not mistaken for a hang.
+    if (progress_ && b + 1 < batches && secondsSince(lastReport) >= config_.evalProgressEveryS) {
+      const double elapsed = secondsSince(evalStart);
+      *progress_ << "eval step " << step << ": batch " << b + 1 << "/" << batches << " | ETA "
+                 << detail::formatDuration(elapsed / double(b + 1) * double(batches - b - 1)) << std::endl;
+      lastReport = Clock::now();
+    }
   }
-  module_->train(wasTraining);
   EvalStats stats;
   stats.step = step;
   stats.loss = tokens > 0 ? lossSum / static_cast<double>(tokens) : std::nan("");
@@ -285,46 +324,68 @@ std::string Trainer::saveCheckpoint(int64_t step) {
   info.seqLen = config_.seqLen;
   info.configJson = configToJson(config_);
   std::string path = detail::writeCheckpoint(config_.outDir, info, *module_, *optimizer_);
-  detail::pruneCheckpoints(config_.outDir, config_.keepCheckpoints);
+  detail::pruneCheckpoints(config_.outDir, config_.keepCheckpoints, step);
+  if (progress_)
+    *progress_ << "checkpoint " << path << std::endl;
   return path;
 }
 
-int64_t Trainer::loadLatestCheckpoint() {
-  auto path = detail::latestCheckpoint(config_.outDir);
-  if (!path)
-    return 0;
-  detail::CheckpointInfo info = detail::readCheckpoint(*path, *module_, *optimizer_, config_.device);
-  // The data position counts windows of this shape; another shape would replay different data.
-  if (info.batch != config_.batch || info.accumulation != config_.accumulation || info.seqLen != config_.seqLen)
-    throw TrainError("cannot resume from " + *path + ": it was written with batch " + std::to_string(info.batch) +
-                     ", accumulation " + std::to_string(info.accumulation) + ", seqLen " +
-                     std::to_string(info.seqLen) + "; this run has " + std::to_string(config_.batch) + ", " +
-                     std::to_string(config_.accumulation) + ", " + std::to_string(config_.seqLen));
-  train_.seek(info.dataPosition);
-  return info.step;
-}
-
 TrainResult Trainer::run() {
-  fs::create_directories(config_.outDir);
-  TrainResult result;
-  const int64_t start = config_.resume ? loadLatestCheckpoint() : 0;
-  if (start == 0)
-    torch::manual_seed(config_.seed);  // a resume restores the generators from the checkpoint
-  result.step = result.resumedFrom = start;
-  // Distributed runs: only the logging rank writes files and progress lines (hooks_.isLoggingRank).
+  // Distributed runs: only the logging rank takes the lock and writes files and progress lines.
   const bool logging = hooks_.isLoggingRank;
   if (!logging)
     progress_ = nullptr;
-  if (logging) {
-    std::ofstream(fs::path(config_.outDir) / "config.json", std::ios::trunc) << configToJson(config_) << "\n";
-  }
-  std::optional<detail::MetricsWriter> metrics;
+  std::ostream* notices = logging ? &std::cerr : nullptr;
+  std::optional<RunLock> lock;
   if (logging)
-    metrics.emplace((fs::path(config_.outDir) / "metrics.jsonl").string(), start);
-  if (progress_ && start > 0)
-    *progress_ << "resumed from step " << start << " (" << *detail::latestCheckpoint(config_.outDir) << ")\n";
+    lock.emplace(config_.outDir);
 
-  SigintGuard sigint;
+  // The checks (run_dir.h) come before anything in the run directory is touched.
+  std::optional<detail::IntactCheckpoint> from;
+  if (config_.resume && detail::isDirectory(config_.outDir))
+    from = detail::findIntactCheckpoint(config_.outDir, notices);
+  // Other ranks make the resume checks too (the same files, read only), so they refuse with
+  // rank 0; not a fresh start's, which would race with rank 0 preparing the directory.
+  if (logging || from)
+    for (const auto& note : detail::checkStart(config_, runFiles_, from ? &from->info : nullptr))
+      if (notices)
+        *notices << "note: " << note << std::endl;
+
+  TrainResult result;
+  int64_t start = 0;
+  if (from) {
+    const TrainConfig stored = configFromJson(from->info.configJson);
+    config_.scheduleSteps = stored.scheduleSteps > 0 ? stored.scheduleSteps : stored.steps;
+    const detail::CheckpointInfo loaded = detail::readCheckpoint(from->path, *module_, *optimizer_, config_.device);
+    train_.seek(loaded.dataPosition);
+    start = loaded.step;  // the generators come from the checkpoint too
+  } else {
+    if (config_.scheduleSteps <= 0)
+      config_.scheduleSteps = config_.steps;
+    torch::manual_seed(config_.seed);
+  }
+  result.step = result.resumedFrom = start;
+  if (start >= config_.steps) {
+    if (progress_)
+      *progress_ << "the run in " << config_.outDir << " is complete at step " << start
+                 << "; more steps continue it" << std::endl;
+    result.lastCheckpoint = from->path;
+    return result;
+  }
+
+  std::optional<detail::MetricsWriter> metrics;
+  if (logging) {
+    if (!from)
+      detail::prepareFreshStart(config_.outDir, runFiles_);
+    detail::removeStaleTemporaries(config_.outDir, runFiles_);
+    detail::writeFileAtomically(config_.outDir + "/config.json",
+                                nlohmann::ordered_json::parse(configToJson(config_)).dump(2) + "\n");
+    metrics.emplace(config_.outDir + "/metrics.jsonl", from ? start : -1);
+  }
+  if (progress_ && from)
+    *progress_ << "resumed from step " << start << " (" << from->path << ")" << std::endl;
+
+  StopSignalGuard signals;
   stop_ = false;
   module_->train();
   const bool canEval = logging && heldOut_.defined() && heldOut_.numel() > 0;
@@ -333,63 +394,94 @@ TrainResult Trainer::run() {
   double intervalTrainS = 0;
   int64_t intervalSteps = 0;
 
-  for (int64_t step = start + 1; step <= config_.steps; ++step) {
-    const Clock::time_point stepStart = Clock::now();
-    StepStats stats;
-    stats.step = step;
-    stats.lr = learningRate(config_, step);
-    try {
-      stats.loss = trainStep(step, stats.gradNorm);
-    } catch (const TrainError& e) {
-      if (metrics && e.step() == step)
-        metrics->writeError(step, e.what());  // the non-finite diagnostic, in the run's record too
+  try {
+    for (int64_t step = start + 1; step <= config_.steps; ++step) {
+      const Clock::time_point stepStart = Clock::now();
+      StepStats stats;
+      stats.step = step;
+      stats.lr = learningRate(config_, step);
+      try {
+        stats.loss = trainStep(step, stats.gradNorm);
+      } catch (const TrainError& e) {
+        if (metrics && e.step() == step)
+          metrics->writeError(step, e.what());  // the non-finite diagnostic, in the run's record too
+        throw;
+      }
+      intervalTrainS += secondsSince(stepStart);
+      ++intervalSteps;
+      stats.elapsedS = secondsSince(runStart);
+      stats.tokensPerS = intervalTrainS > 0 ? tokensPerStep * static_cast<double>(intervalSteps) / intervalTrainS : 0;
+      result.step = step;
+      result.lastLoss = stats.loss;
+
+      if (hooks_.onStep)
+        hooks_.onStep(stats);
+      // Distributed (afterBackward set): the ranks' agreed decision, else they would diverge.
+      bool stopping = hooks_.afterBackward ? agreedStop_ : (stop_ || gStopSignal != 0);
+      const bool last = step == config_.steps;
+
+      if (logging && (step % config_.logEvery == 0 || last || stopping)) {
+        metrics->write(stats);
+        if (progress_) {
+          double perStep = stats.elapsedS / static_cast<double>(step - start);
+          *progress_ << detail::progressLine(stats, config_.steps, perStep * static_cast<double>(config_.steps - step))
+                     << std::endl;
+        }
+        intervalTrainS = 0;
+        intervalSteps = 0;
+      }
+      // The checkpoint before the evaluation: a kill during a long evaluation loses no training.
+      bool checkpointed = false;
+      if (logging && ((config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) || last || stopping)) {
+        result.lastCheckpoint = saveCheckpoint(step);
+        checkpointed = true;
+      }
+      if (canEval && !stopping && ((config_.evalEvery > 0 && step % config_.evalEvery == 0) || last)) {
+        // Distributed ranks wait for rank 0's evaluation at the next step's allreduce, so a stop
+        // there must be agreed at that step: only a single-process evaluation is cut short.
+        if (std::optional<EvalStats> eval = evaluateUntilStopped(step, !hooks_.afterBackward)) {
+          metrics->write(*eval, secondsSince(runStart));
+          if (progress_) {
+            *progress_ << "eval step " << step << " | loss " << eval->loss << " | ppl " << eval->ppl;
+            if (!std::isnan(eval->accuracy))
+              *progress_ << " | accuracy " << eval->accuracy << " (" << eval->targets << " targets)";
+            *progress_ << std::endl;
+          }
+          if (hooks_.onEval)
+            hooks_.onEval(*eval);
+          result.lastEval = eval;
+        } else {
+          stopping = true;
+        }
+      }
+      if (stopping) {
+        if (logging && !checkpointed)
+          result.lastCheckpoint = saveCheckpoint(step);
+        result.interrupted = true;
+        result.stopSignal = gStopSignal;
+        if (progress_) {
+          *progress_ << "stopped at step " << step;
+          if (result.stopSignal)
+            *progress_ << " by " << signalName(result.stopSignal);
+          if (!result.lastCheckpoint.empty())
+            *progress_ << "; checkpoint " << result.lastCheckpoint;
+          *progress_ << (last ? " (the training is complete; its evaluation was cut short)" : " (resume to continue)")
+                     << std::endl;
+        }
+        break;
+      }
+    }
+  } catch (const TrainError& e) {
+    if (e.step() >= 0)
       throw;
+    // A file could not be written (a full disk): say what survives.
+    std::optional<std::string> latest;
+    try {
+      latest = detail::latestCheckpoint(config_.outDir);
+    } catch (const TrainError&) {
     }
-    intervalTrainS += secondsSince(stepStart);
-    ++intervalSteps;
-    stats.elapsedS = secondsSince(runStart);
-    stats.tokensPerS = intervalTrainS > 0 ? tokensPerStep * static_cast<double>(intervalSteps) / intervalTrainS : 0;
-    result.step = step;
-    result.lastLoss = stats.loss;
-
-    if (hooks_.onStep)
-      hooks_.onStep(stats);
-    // Distributed (afterBackward set): the ranks' agreed decision, else they would diverge.
-    const bool stopping = hooks_.afterBackward ? agreedStop_ : (stop_ || gSigint != 0);
-    const bool last = step == config_.steps;
-
-    if (logging && (step % config_.logEvery == 0 || last || stopping)) {
-      metrics->write(stats);
-      if (progress_) {
-        double perStep = stats.elapsedS / static_cast<double>(step - start);
-        *progress_ << detail::progressLine(stats, config_.steps, perStep * static_cast<double>(config_.steps - step))
-                   << std::endl;
-      }
-      intervalTrainS = 0;
-      intervalSteps = 0;
-    }
-    if (canEval && ((config_.evalEvery > 0 && step % config_.evalEvery == 0) || last)) {
-      EvalStats eval = evaluate(step);
-      metrics->write(eval, secondsSince(runStart));
-      if (progress_) {
-        *progress_ << "eval step " << step << " | loss " << eval.loss << " | ppl " << eval.ppl;
-        if (!std::isnan(eval.accuracy))
-          *progress_ << " | accuracy " << eval.accuracy << " (" << eval.targets << " targets)";
-        *progress_ << std::endl;
-      }
-      if (hooks_.onEval)
-        hooks_.onEval(eval);
-      result.lastEval = eval;
-    }
-    if (logging && ((config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) || last || stopping))
-      result.lastCheckpoint = saveCheckpoint(step);
-    if (stopping && !last) {
-      if (progress_)
-        *progress_ << "stopped at step " << step << "; checkpoint " << result.lastCheckpoint
-                   << " (resume to continue)" << std::endl;
-      result.interrupted = true;
-      break;
-    }
+    throw TrainError(std::string(e.what()) + "; " +
+                     (latest ? "the last good checkpoint is " + *latest : std::string("no checkpoint was written")));
   }
   return result;
 }

@@ -1,7 +1,9 @@
 // The training loop (DESIGN.md section 6): AdamW with decoupled weight decay on matrices only,
 // linear warmup then cosine decay to a floor, gradient accumulation and clipping, bf16 autocast
-// on CUDA, held-out evaluation, metrics as JSON lines plus a progress line, atomic checkpoints
-// that resume exactly, clean stop on Ctrl-C, and a clear error on a non-finite loss.
+// on CUDA, held-out evaluation, metrics as JSON lines plus a progress line, checksummed atomic
+// checkpoints that resume exactly, a clean stop on SIGINT / SIGTERM / SIGHUP, and a clear error
+// on a non-finite loss. The run directory (its lock, what a fresh start and a resume check) is
+// described in trainer/run_dir.h.
 //
 // The trainer is model-agnostic: it takes the module (for parameters, buffers and train/eval
 // mode) and a forward functor tokens [B, T] -> logits [B, T, V], so any torch::nn::Module works.
@@ -54,20 +56,32 @@ struct TrainConfig {
   bool autocast = true;        // bf16 autocast for the forward pass on CUDA; no effect on CPU
   int64_t evalEvery = 0;       // steps between held-out evaluations; 0 = never (except at the end)
   int64_t evalBatches = 0;     // micro-batches of held-out windows per evaluation; 0 = all
-  int64_t checkpointEvery = 0; // steps between checkpoints; 0 = only at the end / on Ctrl-C
+  double evalProgressEveryS = 5;  // seconds between progress lines during a long evaluation
+  int64_t checkpointEvery = 0; // steps between checkpoints; 0 = only at the end / on a stop signal
   int64_t keepCheckpoints = 3; // newest checkpoints kept on disk; 0 = keep all
   int64_t logEvery = 10;       // steps between metrics lines and progress lines
   std::string outDir = "run";
   uint64_t seed = 0;           // seeds torch's generators at the start of a fresh run
-  bool resume = false;         // continue from outDir/latest when it exists
+  /// The learning-rate schedule's length (its cosine reaches the floor there); 0 = steps. A
+  /// resume keeps the run's, so a run extended with more steps continues at the floor lr.
+  int64_t scheduleSteps = 0;
+  /// What the training stream reads (a path, a task), as the caller names it: recorded, and a
+  /// resume on other data is a change that needs acceptChanges.
+  std::string dataSource;
+  bool resume = false;         // continue from the newest intact checkpoint in outDir, if any
+  bool overwrite = false;      // a fresh start may replace the run in outDir (run_dir.h)
+  bool acceptChanges = false;  // a resume may change lr, warmup, seed, data... (run_dir.h)
   torch::Device device = torch::kCPU;
 };
 
-/// One line of the config as JSON (written to outDir/config.json and into each checkpoint).
+/// The config as one line of JSON (written to outDir/config.json and into each checkpoint).
 std::string configToJson(const TrainConfig& config);
+/// The inverse of configToJson; throws TrainError naming a missing or mistyped field.
+TrainConfig configFromJson(const std::string& json);
 
 /// The learning rate of optimizer step `step` (1-based): linear warmup from lr / warmupSteps to
-/// lr over the first warmupSteps steps, then cosine from lr down to lr * minLrRatio at `steps`.
+/// lr over the first warmupSteps steps, then cosine from lr down to lr * minLrRatio at
+/// scheduleSteps (or steps), and the floor after it.
 double learningRate(const TrainConfig& config, int64_t step);
 
 /// Parameters split for AdamW: weight decay applies to tensors with 2 or more dimensions
@@ -105,14 +119,17 @@ struct EvalStats {
 struct TrainResult {
   int64_t step = 0;          // optimizer steps completed (including those before a resume)
   int64_t resumedFrom = 0;   // the checkpoint's step, 0 for a fresh run
-  bool interrupted = false;  // stopped early by SIGINT or requestStop()
+  /// Stopped early by SIGINT / SIGTERM / SIGHUP or requestStop() (a checkpoint was written
+  /// first); also when a signal cut the end-of-run evaluation short.
+  bool interrupted = false;
+  int stopSignal = 0;        // the signal that stopped this process; 0 for requestStop()
   double lastLoss = 0;
   std::optional<EvalStats> lastEval;
   std::string lastCheckpoint;  // path of the newest checkpoint written, empty if none
 };
 
 struct TrainHooks {
-  /// After each optimizer step; may call Trainer::requestStop() or raise SIGINT.
+  /// After each optimizer step; may call Trainer::requestStop() or raise SIGINT / SIGTERM / SIGHUP.
   std::function<void(const StepStats&)> onStep;
   /// After each evaluation.
   std::function<void(const EvalStats&)> onEval;
@@ -126,20 +143,39 @@ struct TrainHooks {
   /// accumulation micro-batches' backward passes and before clipping, with `shared` = a float64
   /// vector on the device [summed micro-batch loss, 1 if this rank was asked to stop else 0]. The
   /// hook averages the gradients and `shared` (in place) across ranks, so clipping, the optimizer
-  /// and the logged loss see global values and every rank stops (Ctrl-C) at the same step.
+  /// and the logged loss see global values and every rank stops (a stop signal) at the same step.
   std::function<void(torch::Tensor& shared)> afterBackward;
   /// Data-parallel training with communication overlapped with backward: called just before each
   /// micro-batch's backward, with whether it is the step's last one (the gradient hooks start
   /// averaging buckets during that backward only; afterBackward then completes the averaging).
   std::function<void(bool lastMicroBatch)> beforeBackward;
-  /// False on every rank but 0 of a distributed run: that rank writes no metrics, progress lines,
-  /// config.json or checkpoints, and skips evaluation (all ranks still load a checkpoint on resume).
+  /// False on every rank but 0 of a distributed run: that rank takes no lock and writes no
+  /// metrics, progress lines, config.json, run files or checkpoints, and skips evaluation (all
+  /// ranks still make the start checks and load a checkpoint on resume).
   bool isLoggingRank = true;
 };
 
 /// Loads only the model's parameters and buffers from a checkpoint written by Trainer (for
-/// evaluation); returns the checkpoint's step. Throws TrainError naming the path.
+/// evaluation), after checking its bytes against its manifest; returns the checkpoint's step.
+/// Throws TrainError naming the path.
 int64_t loadModelWeights(const std::string& path, torch::nn::Module& module, const torch::Device& device);
+
+/// The newest intact checkpoint of a run directory: from the one `latest` names down by step,
+/// the first whose bytes match its manifest. Each damaged one skipped is reported on `notices`
+/// (may be null). Throws TrainError when the directory has none, naming what is wrong with each.
+std::string latestIntactCheckpoint(const std::string& runDir, std::ostream* notices);
+
+/// A file that describes the run, which the caller (`linac train`) wants in the run directory:
+/// the model's description, copies of its inputs. `name` is relative to the directory
+/// ("model.json", "inputs/spec.yaml").
+struct RunFile {
+  std::string name;
+  std::string contents;
+  /// Part of the run's identity: on resume the stored file must equal `contents` (a JSON object
+  /// field by field, ignoring fields named "source": where an input was read from may change,
+  /// what it says may not). The other run files are written on a fresh start only.
+  bool identity = false;
+};
 
 class Trainer {
 public:
@@ -155,8 +191,16 @@ public:
           data::TokenStream& train, torch::Tensor heldOut = {}, TrainHooks hooks = {});
   ~Trainer();
 
-  /// Runs to config.steps (or until stopped); throws TrainError on a non-finite loss or gradient
-  /// norm ("loss is nan at step 17: ..."), after writing the message to metrics.jsonl.
+  /// Files the caller wants in the run directory (run_dir.h): written on a fresh start, those
+  /// marked identity compared with the stored ones on resume.
+  void setRunFiles(std::vector<RunFile> files);
+
+  /// Takes the run directory's lock, makes the start checks of run_dir.h (RunRefused when they
+  /// fail, before anything in the directory is touched), then trains to config.steps or until
+  /// stopped. The final checkpoint is written before the end-of-run evaluation. Throws
+  /// TrainError on a non-finite loss or gradient norm ("loss is nan at step 17: ..."), after
+  /// writing the message to metrics.jsonl, and when a file cannot be written ("no space left on
+  /// device writing ..."; the last good checkpoint stays).
   TrainResult run();
 
   /// Held-out loss over evalBatches micro-batches, in eval mode without gradients.
@@ -174,7 +218,8 @@ public:
 private:
   double trainStep(int64_t step, double& gradNorm);
   std::string saveCheckpoint(int64_t step);
-  int64_t loadLatestCheckpoint();
+  /// evaluate(); with `interruptible`, nullopt when a stop is requested during it.
+  std::optional<EvalStats> evaluateUntilStopped(int64_t step, bool interruptible);
 
   TrainConfig config_;
   std::shared_ptr<torch::nn::Module> module_;
@@ -183,6 +228,7 @@ private:
   torch::Tensor heldOut_;
   TrainHooks hooks_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<RunFile> runFiles_;
   std::ostream* progress_;
   std::atomic<bool> stop_{false};
   bool agreedStop_ = false;  // with afterBackward: some rank was asked to stop during this step

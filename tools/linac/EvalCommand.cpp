@@ -1,12 +1,15 @@
-// `linac eval CHECKPOINT --tasks ppl,mqar`: held-out perplexity and MQAR recall of a model that
-// `linac train` wrote. The model is rebuilt from model.json beside the checkpoint.
+// `linac eval RUN_DIR|CHECKPOINT --tasks ppl,mqar`: held-out perplexity and MQAR recall of a model
+// that `linac train` wrote. The model is rebuilt from the run directory's model.json and the
+// copies of its inputs (eval/run_model.h), not from the original spec files; a run directory
+// evaluates its newest intact checkpoint (a damaged one is skipped, saying so), a named
+// checkpoint must be intact.
 #include "Args.h"
 #include "Commands.h"
 #include "KernelLookup.h"
 
 #include "data/data.h"
 #include "eval/eval.h"
-#include "linac/Spec/SpecParser.h"
+#include "eval/run_model.h"
 #include "model/model.h"
 #include "trainer/trainer.h"
 
@@ -15,7 +18,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <regex>
+#include <iterator>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -23,15 +26,6 @@ namespace linac::cli {
 namespace {
 
 constexpr int64_t kEvalBatch = 8;
-
-/// One string or integer field of the flat model.json that `linac train` writes.
-std::string jsonField(const std::string& json, const std::string& key, const std::string& file) {
-  std::smatch m;
-  std::regex quoted("\"" + key + "\"\\s*:\\s*\"((?:[^\"\\\\]|\\\\.)*)\"");
-  std::regex number("\"" + key + "\"\\s*:\\s*(-?[0-9]+)");
-  if (std::regex_search(json, m, quoted) || std::regex_search(json, m, number)) return m[1];
-  throw UsageError(file + ": no \"" + key + "\" field");
-}
 
 std::vector<int64_t> parseList(const std::string& text, const std::string& flag) {
   std::vector<int64_t> out;
@@ -55,35 +49,26 @@ bool isDirectory(const std::string& path) {
 }  // namespace
 
 int runEval(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2, {"tasks", "data", "device", "mqar-pairs", "examples", "specs-dir", "seed"}, {});
+  Args args = parseArgs(argc, argv, 2, {"tasks", "data", "device", "mqar-pairs", "examples", "seed"}, {});
   if (args.positional.size() != 1) throw UsageError("expected exactly one CHECKPOINT (a ckpt-*.pt file or a run directory)");
   std::string ckpt = args.positional[0];
   std::string dir = ckpt;
   if (isDirectory(ckpt)) {
-    std::ifstream latest(ckpt + "/latest");
-    std::string name;
-    if (!(latest >> name)) throw UsageError(ckpt + " has no 'latest' checkpoint");
-    ckpt = ckpt + "/" + name;
+    ckpt = trainer::latestIntactCheckpoint(dir, &std::cerr);
   } else {
     dir = ckpt.substr(0, ckpt.find_last_of('/') == std::string::npos ? 0 : ckpt.find_last_of('/'));
     if (dir.empty()) dir = ".";
   }
-  const std::string modelJsonPath = dir + "/model.json";
-  std::ifstream mj(modelJsonPath);
-  if (!mj) throw UsageError("cannot read " + modelJsonPath + " (written by `linac train` beside its checkpoints)");
-  std::string json((std::istreambuf_iterator<char>(mj)), std::istreambuf_iterator<char>());
-
-  const std::string specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
-  model::ModelConfig mc;
-  const std::string specPath = jsonField(json, "spec", modelJsonPath);
-  mc.linear = spec::loadVariant(specPath);
-  requireKernels(mc.linear, specPath);
-  mc.attention = spec::loadVariant(specsDir + "/attention.yaml");
-  mc.schedule = spec::loadSchedule(jsonField(json, "schedule", modelJsonPath));
-  mc.preset = spec::loadPreset(jsonField(json, "preset", modelJsonPath), specsDir + "/presets");
-  mc.preset.vocab = std::stoll(jsonField(json, "vocab", modelJsonPath));
-  const int64_t seqLen = std::stoll(jsonField(json, "seq_len", modelJsonPath));
-  const std::string tok = jsonField(json, "tokenizer", modelJsonPath);
+  const eval::RunModel run = eval::loadRunModel(dir);
+  const model::ModelConfig& mc = run.config;
+  requireKernels(mc.linear, run.inputs.spec);
+  std::ifstream configFile(dir + "/config.json");
+  if (!configFile)
+    throw UsageError("cannot read " + dir + "/config.json (written by `linac train` in its run directory)");
+  const int64_t seqLen =
+      trainer::configFromJson(std::string(std::istreambuf_iterator<char>(configFile), std::istreambuf_iterator<char>()))
+          .seqLen;
+  const std::string tok = run.inputs.tokenizer;
 
   const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
   const torch::Device dev = device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -104,7 +89,7 @@ int runEval(int argc, char** argv) {
        }()) {
     if (task == "ppl") {
       if (tok == "none")
-        throw UsageError("--tasks ppl: " + modelJsonPath + " describes a model trained with --task mqar (no "
+        throw UsageError("--tasks ppl: " + dir + "/model.json describes a model trained with --task mqar (no "
                          "tokenizer, no corpus); use --tasks mqar");
       auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
       data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)

@@ -1,15 +1,20 @@
 // `linac train SPEC --schedule S --preset P [--task lm|mqar]`: build the hybrid model from the
 // specs, train it on the given data (the embedded corpus by default) or on freshly generated MQAR
 // sequences (--task mqar: loss on the answers only), then report held-out perplexity against the
-// unigram baseline (lm) and MQAR recall.
+// unigram baseline (lm) and MQAR recall. The run directory (--out) belongs to one run: a fresh
+// start needs it empty (or --overwrite); `--resume` continues it from the copies of its inputs
+// and its stored config, each flag given on the command line checked against them
+// (trainer/run_dir.h). Exit codes: 0 done, 1 failed, 2 usage or refused, 128 + signal stopped.
 #include "Args.h"
 #include "Commands.h"
 #include "KernelLookup.h"
 
 #include "data/data.h"
 #include "eval/eval.h"
+#include "eval/run_model.h"
 #include "linac/Spec/SpecParser.h"
 #include "model/model.h"
+#include "trainer/run_dir.h"
 #include "trainer/trainer.h"
 #ifdef LINAC_HAVE_DISTRIBUTED  // data parallel (runtime/distributed): --nproc, torchrun env
 #include "distributed/distributed.h"
@@ -19,17 +24,18 @@
 #include <torch/torch.h>
 
 #include <climits>
+#include <csignal>
 #include <memory>
 #include <optional>
 #include <cstdlib>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <iterator>
-#include <regex>
+#include <sstream>
+#include <sys/stat.h>
 
 namespace linac::cli {
 namespace {
@@ -47,23 +53,56 @@ constexpr int64_t kDefaultMqarPairs = 4;
 constexpr int64_t kDefaultMqarSeqLen = 32;
 constexpr int64_t kDefaultMqarBatch = 32;
 constexpr int64_t kMqarHeldOut = 256;  // fixed held-out MQAR sequences scored at each evaluation
+/// Micro-batches of held-out windows per evaluation (--eval-batches; 0 = all): a large corpus's
+/// held-out part would otherwise take minutes at every evaluation.
+constexpr int64_t kDefaultEvalBatches = 50;
 
-std::string jsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-/// [N, seqLen + 1] windows over the held-out tokens (non-overlapping), for evaluation.
+/// [N, seqLen + 1] windows over the held-out tokens (consecutive windows share one token: the
+/// last target of one is the first input of the next), for evaluation.
 torch::Tensor heldOutWindows(const std::vector<int64_t>& tokens, int64_t seqLen) {
   const int64_t n = tokens.empty() ? 0 : (int64_t(tokens.size()) - 1) / seqLen;
-  torch::Tensor out = torch::empty({n, seqLen + 1}, torch::kInt64);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t t = 0; t <= seqLen; ++t) out[i][t] = tokens[size_t(i * seqLen + t)];
-  return out;
+  if (n == 0) return torch::empty({0, seqLen + 1}, torch::kInt64);
+  torch::Tensor all = torch::from_blob(const_cast<int64_t*>(tokens.data()), {int64_t(tokens.size())}, torch::kInt64);
+  return all.as_strided({n, seqLen + 1}, {seqLen, 1}).clone();
+}
+
+bool isFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// On resume, each training flag left off the command line takes the run's stored value.
+void keepStoredValues(trainer::TrainConfig& tc, const trainer::TrainConfig& stored, const Args& args) {
+  auto keep = [&](const char* flag, auto& field, const auto& value) {
+    if (!args.has(flag)) field = value;
+  };
+  keep("steps", tc.steps, stored.steps);
+  keep("batch", tc.batch, stored.batch);
+  keep("seq-len", tc.seqLen, stored.seqLen);
+  keep("accumulation", tc.accumulation, stored.accumulation);
+  keep("lr", tc.lr, stored.lr);
+  keep("warmup", tc.warmupSteps, stored.warmupSteps);
+  keep("eval-every", tc.evalEvery, stored.evalEvery);
+  keep("eval-batches", tc.evalBatches, stored.evalBatches);
+  keep("log-every", tc.logEvery, stored.logEvery);
+  keep("checkpoint-every", tc.checkpointEvery, stored.checkpointEvery);
+  keep("seed", tc.seed, stored.seed);
+}
+
+/// A refusal of the run directory is a usage error (exit 2): a flag (--resume, --overwrite,
+/// --accept-changes, --out) resolves it.
+template <typename F>
+auto refusalsAsUsage(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const trainer::RunRefused& e) {
+    throw UsageError(e.what());
+  }
 }
 
 /// realpath(3), not std::filesystem::absolute: the PyPI libtorch linked into `linac` exports an
@@ -78,9 +117,9 @@ std::string absolutePath(const std::string& path) {
 int runTrain(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
-                         "lr", "warmup", "out", "device", "seed", "eval-every", "log-every", "checkpoint-every",
-                         "specs-dir", "nproc", "task", "mqar-pairs"},
-                        {"resume", "no-overlap"});
+                         "lr", "warmup", "out", "device", "seed", "eval-every", "eval-batches", "log-every",
+                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs"},
+                        {"resume", "overwrite", "accept-changes", "no-overlap"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
   const int64_t nproc = args.getInt("nproc", 1);
@@ -97,42 +136,66 @@ int runTrain(int argc, char** argv) {
   if (nproc > 1 || std::getenv("WORLD_SIZE"))
     throw UsageError("this build has no distributed training (install libgloo-dev and reconfigure)");
 #endif
-  if (args.positional.size() != 1) throw UsageError("expected exactly one SPEC file");
-  const std::string specPath = args.positional[0];
+  const bool resume = args.has("resume");
+  if (args.positional.size() > 1 || (args.positional.empty() && !resume))
+    throw UsageError("expected exactly one SPEC file (with --resume it may be left out: the run's copy is used)");
+  if (resume && args.has("overwrite"))
+    throw UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them");
   const std::string specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
 
-  model::ModelConfig mc;
-  mc.linear = spec::loadVariant(specPath);
-  if (mc.linear.kind != spec::VariantKind::Linear)
-    throw UsageError("train takes a linear variant spec; full attention comes from the schedule "
-                     "(use --schedule transformer for an all-attention model)");
-  requireKernels(mc.linear, specPath);
-  mc.attention = spec::loadVariant(specsDir + "/attention.yaml");
-  const std::string scheduleText = args.get("schedule", "3:1");
-  mc.schedule = spec::loadSchedule(scheduleText);
-  const std::string presetName = args.get("preset", "tiny");
-  mc.preset = spec::loadPreset(presetName, specsDir + "/presets");
+  // The run directory: --out, or a name made of the spec's, schedule's and preset's.
+  std::string outDir = args.get("out", "");
+  if (outDir.empty()) {
+    if (args.positional.empty()) throw UsageError("--resume without SPEC needs --out RUN_DIR");
+    outDir = "runs/" + spec::loadVariant(args.positional[0]).name + "-" +
+             spec::loadSchedule(args.get("schedule", "3:1")).text + "-" +
+             spec::loadPreset(args.get("preset", "tiny"), specsDir + "/presets").name;
+    std::replace(outDir.begin(), outDir.end(), ':', '_');  // "3:1" in a path is awkward
+  }
+
+  // The inputs: on resume, each one left off the command line is the run's copy (checked
+  // against its recorded hash); given ones are compared with the run's before anything starts.
+  const bool haveRun = resume && isFile(outDir + "/model.json");
+  eval::RunInputs in;
+  if (haveRun) {
+    in = eval::storedRunInputs(outDir);
+  } else {
+    in.schedule = "3:1";
+    in.preset = "tiny";
+    in.mqarPairs = kDefaultMqarPairs;
+  }
+  if (!args.positional.empty()) in.spec = args.positional[0];
+  else if (!haveRun) throw UsageError(outDir + " holds no run to resume (no model.json); give SPEC to start one");
+  if (!haveRun || args.has("specs-dir")) in.attention = specsDir + "/attention.yaml";
+  in.presetDir = specsDir + "/presets";
+  in.schedule = args.get("schedule", in.schedule);
+  in.preset = args.get("preset", in.preset);
+  in.task = args.get("task", in.task);
+  in.mqarPairs = args.getInt("mqar-pairs", in.mqarPairs);
 
   // Task, data and tokenizer. MQAR needs neither a corpus nor a tokenizer: its ids are drawn
   // from the preset's vocabulary.
-  const std::string task = args.get("task", "lm");
+  const std::string task = in.task;
   if (task != "lm" && task != "mqar") throw UsageError("--task must be lm or mqar, got '" + task + "'");
   const bool mqarTask = task == "mqar";
   if (mqarTask && (args.has("data") || args.has("tokenizer")))
     throw UsageError("--data and --tokenizer are for --task lm; --task mqar generates its sequences");
   if (!mqarTask && args.has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
-  const int64_t mqarPairs = args.getInt("mqar-pairs", kDefaultMqarPairs);
-  const std::string tok = mqarTask ? "none" : args.get("tokenizer", "byte");
+  const int64_t mqarPairs = in.mqarPairs;
+  if (mqarTask) in.tokenizer = "none";
+  else if (args.has("tokenizer")) in.tokenizer = args.get("tokenizer", "byte");
+  else if (in.tokenizer == "none") in.tokenizer = "byte";  // a resume that switches from mqar: refused later
   std::unique_ptr<data::Tokenizer> tokenizer =
-      mqarTask ? nullptr : tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
-  data::Corpus corpus;
-  if (!mqarTask)
-    corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer) : data::defaultCorpus(*tokenizer);
-  if (tokenizer && mc.preset.vocab != tokenizer->vocabSize()) {
-    std::cout << "note: preset " << mc.preset.name << " has vocab " << mc.preset.vocab << "; using the "
-              << tokenizer->name() << " tokenizer's " << tokenizer->vocabSize() << "\n";
-    mc.preset.vocab = tokenizer->vocabSize();
-  }
+      mqarTask ? nullptr
+               : in.tokenizer == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(in.tokenizer);
+  eval::RunModel run = eval::describeRun(in, tokenizer ? tokenizer->vocabSize() : 0);
+  model::ModelConfig mc = run.config;
+  if (mc.linear.kind != spec::VariantKind::Linear)
+    throw UsageError("train takes a linear variant spec; full attention comes from the schedule "
+                     "(use --schedule transformer for an all-attention model)");
+  if (tokenizer && run.presetVocab != mc.preset.vocab)
+    std::cout << "note: preset " << mc.preset.name << " has vocab " << run.presetVocab << "; using the "
+              << tokenizer->name() << " tokenizer's " << mc.preset.vocab << "\n";
 
   trainer::TrainConfig tc;
   tc.steps = args.getInt("steps", kDefaultSteps);
@@ -142,24 +205,50 @@ int runTrain(int argc, char** argv) {
   tc.lr = std::stod(args.get("lr", std::to_string(kDefaultLr)));
   tc.warmupSteps = args.getInt("warmup", std::max<int64_t>(1, tc.steps / 10));
   tc.evalEvery = args.getInt("eval-every", std::max<int64_t>(1, tc.steps / 4));
+  tc.evalBatches = args.getInt("eval-batches", kDefaultEvalBatches);
   tc.logEvery = args.getInt("log-every", 10);
   tc.checkpointEvery = args.getInt("checkpoint-every", std::max<int64_t>(1, tc.steps / 4));
   tc.seed = static_cast<uint64_t>(args.getInt("seed", 0));
-  tc.resume = args.has("resume");
-  tc.outDir = args.get("out", "runs/" + mc.linear.name + "-" + mc.schedule.text + "-" + mc.preset.name);
-  std::replace(tc.outDir.begin(), tc.outDir.end(), ':', '_');  // "3:1" in a path is awkward
+  tc.resume = resume;
+  tc.overwrite = args.has("overwrite");
+  tc.acceptChanges = args.has("accept-changes");
+  tc.outDir = outDir;
+  if (haveRun && isFile(outDir + "/config.json"))
+    keepStoredValues(tc, trainer::configFromJson(readText(outDir + "/config.json")), args);
+  // The data: --data, else (on resume) the run's, else the embedded corpus.
+  std::string dataPath;
+  if (args.has("data")) dataPath = absolutePath(args.get("data", ""));
+  else if (haveRun && isFile(outDir + "/config.json"))
+    dataPath = trainer::configFromJson(readText(outDir + "/config.json")).dataSource;
+  if (mqarTask || dataPath == "embedded" || dataPath == "mqar") dataPath.clear();
+  tc.dataSource = mqarTask ? "mqar" : dataPath.empty() ? "embedded" : dataPath;
   const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
   if (device != "cpu" && device != "cuda") throw UsageError("--device must be cpu or cuda");
   tc.device = device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   if (tc.steps < 1 || tc.batch < 1 || tc.seqLen < 2 || tc.accumulation < 1)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
+  if (tc.evalBatches < 0) throw UsageError("--eval-batches must be >= 0 (0: all held-out windows)");
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (distributed::launchedDistributed()) {
     dist = distributed::initFromEnvironment(tc.device);
     if (tc.device.is_cuda()) tc.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->localRank));
     if (!dist->isMaster()) std::cout.setstate(std::ios::badbit);  // only rank 0 prints (errors go to cerr)
   }
+  const bool master = !dist || dist->isMaster();
+#else
+  const bool master = true;
 #endif
+  // The run directory is locked and checked before the data is read and the model built; the
+  // trainer checks again under the same lock before it writes anything.
+  std::optional<trainer::RunLock> lock;
+  if (master) {
+    lock.emplace(tc.outDir);
+    refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, run.files); });
+  }
+  requireKernels(mc.linear, in.spec);  // may compile the spec: after the checks
+
+  data::Corpus corpus;
+  if (!mqarTask) corpus = dataPath.empty() ? data::defaultCorpus(*tokenizer) : data::loadCorpus(dataPath, *tokenizer);
 
   torch::manual_seed(tc.seed);
   model::HybridLM lm(mc);
@@ -182,31 +271,7 @@ int runTrain(int argc, char** argv) {
   else
     std::cout << "\ndata: " << corpus.description << " (" << corpus.train.size() << " training tokens, "
               << corpus.heldOut.size() << " held out)\n";
-
-  std::filesystem::create_directories(tc.outDir);
-  if (tc.resume) {  // the data stream's state is checkpointed, not its task: a resume keeps both
-    std::ifstream previous(tc.outDir + "/model.json");
-    const std::string json((std::istreambuf_iterator<char>(previous)), std::istreambuf_iterator<char>());
-    std::smatch m;
-    const std::string before = std::regex_search(json, m, std::regex("\"task\": \"(\\w+)\"")) ? m[1].str() : "lm";
-    const std::string pairs = std::regex_search(json, m, std::regex("\"mqar_pairs\": (\\d+)")) ? m[1].str() : "";
-    if (!json.empty() && (before != task || (mqarTask && pairs != std::to_string(mqarPairs))))
-      throw UsageError("cannot resume " + tc.outDir + " with --task " + task +
-                       (mqarTask ? " --mqar-pairs " + std::to_string(mqarPairs) : "") + ": it was trained with --task " +
-                       before + (pairs.empty() ? "" : " --mqar-pairs " + pairs));
-  }
-#ifdef LINAC_HAVE_DISTRIBUTED
-  if (!dist || dist->isMaster())  // only rank 0 writes files
-#endif
-  {
-    std::ofstream m(tc.outDir + "/model.json");
-    m << "{\"spec\": \"" << jsonEscape(absolutePath(specPath)) << "\", \"preset\": \""
-      << jsonEscape(presetName) << "\", \"schedule\": \"" << jsonEscape(scheduleText) << "\", \"tokenizer\": \""
-      << jsonEscape(tok) << "\", \"vocab\": " << mc.preset.vocab << ", \"seq_len\": " << tc.seqLen
-      << ", \"task\": \"" << task << "\"";
-    if (mqarTask) m << ", \"mqar_pairs\": " << mqarPairs;
-    m << "}\n";
-  }
+  std::cout << "run directory: " << tc.outDir << "\n";
 
   const double unigram = mqarTask ? 0.0 : eval::unigramEntropy(corpus.train, mc.preset.vocab);
   // MQAR: the training stream's state is (seed, examples consumed), so a resume continues it; the
@@ -245,15 +310,24 @@ int runTrain(int argc, char** argv) {
   }
 #endif
   trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
-  trainer::TrainResult result = t.run();
+  t.setRunFiles(run.files);
+  trainer::TrainResult result = refusalsAsUsage([&] { return t.run(); });
+  // Stopped by a signal (or another rank's): 128 + the signal, as a shell reports a killed
+  // process (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); never 0, and no end-of-run evaluation.
+  const int stoppedCode = 128 + (result.stopSignal ? result.stopSignal : SIGINT);
 #ifdef LINAC_HAVE_DISTRIBUTED
-  if (dist && !dist->isMaster()) return 0;  // rank 0 alone evaluates and reports
+  if (!master) return result.interrupted ? stoppedCode : 0;  // rank 0 alone evaluates and reports
 #endif
+  if (result.interrupted) {
+    std::cout << "stopped: " << result.step << " steps; resume with: linac train --resume --out " << tc.outDir
+              << std::endl;
+    return stoppedCode;
+  }
+  if (result.step == result.resumedFrom) return 0;  // the run was already complete
 
   lm->eval();
   std::cout << std::fixed << std::setprecision(3);
-  std::cout << "done: " << result.step << " steps" << (result.interrupted ? " (interrupted)" : "")
-            << ", last training loss " << result.lastLoss << " nats";
+  std::cout << "done: " << result.step << " steps, last training loss " << result.lastLoss << " nats";
   if (mqarTask) {
     // Chance: a uniform guess among the vocab/2 value ids, or a random pick of the sequence's values.
     std::cout << " on the answers; chance accuracy " << 1.0 / double(mc.preset.vocab / 2) << " (any value) / "
@@ -268,11 +342,13 @@ int runTrain(int argc, char** argv) {
     return 0;
   }
   std::cout << "; unigram baseline " << unigram << " nats\n";
-  if (heldOut.size(0) > 0) {
-    auto ppl = eval::perplexity(forward, heldOut, tc.batch, tc.device);
-    std::cout << "held-out: loss " << ppl.loss << " nats, perplexity " << ppl.ppl << " over " << ppl.tokens
-              << " tokens\n";
-  }
+  if (result.lastEval)  // the trainer's end-of-run evaluation (after the final checkpoint)
+    std::cout << "held-out: loss " << result.lastEval->loss << " nats, perplexity " << result.lastEval->ppl
+              << " over " << result.lastEval->targets << " tokens"
+              << (tc.evalBatches > 0 && heldOut.size(0) > tc.evalBatches * tc.batch
+                      ? " (" + std::to_string(tc.evalBatches) + " batches; --eval-batches 0 for all)"
+                      : std::string())
+              << "\n";
   for (const auto& r : eval::mqar(forward, kMqarPairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 1,
                                   tc.device))
     std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries

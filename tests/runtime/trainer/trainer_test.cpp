@@ -1,191 +1,34 @@
-// The trainer on a real tiny model (embedding -> LayerNorm -> MLP with dropout -> head, ~3.7k
-// parameters) over a real in-memory TokenStream: schedule, weight-decay split, learning, exact
-// resume, atomic checkpoints, Ctrl-C, non-finite loss, metrics lines.
+// The trainer on a real tiny model over a real in-memory TokenStream (test_support.h): schedule,
+// weight-decay split, learning, exact resume, atomic checkpoints, Ctrl-C, non-finite loss,
+// metrics lines. The run directory's guarantees are in run_dir_test.cpp.
+#include "test_support.h"
 #include "trainer/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <numeric>
-#include <random>
 #include <sstream>
-
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using namespace linac;
 using namespace linac::trainer;
+using namespace linac::trainer::test;
+using Json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kVocab = 32;
-
-// A next-token rule the MLP can learn from the current token alone (a fixed permutation),
-// with 10% uniformly random tokens so the loss has a floor above zero.
-std::vector<int64_t> learnableTokens(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> perm(kVocab);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int64_t> tokens(n);
-  tokens[0] = 0;
-  for (int64_t i = 1; i < n; ++i)
-    tokens[i] = (rng() % 10 == 0) ? static_cast<int64_t>(rng() % kVocab) : perm[tokens[i - 1]];
-  return tokens;
-}
-
-// Consecutive windows of seqLen + 1 over a token vector, visited in a per-epoch shuffled order
-// derived from (seed, epoch) alone, so seek() is exact without replaying.
-class VectorStream : public data::TokenStream {
-public:
-  VectorStream(std::vector<int64_t> tokens, int64_t seqLen, uint64_t seed)
-      : tokens_(std::move(tokens)), seqLen_(seqLen), seed_(seed) {
-    windows_ = static_cast<int64_t>(tokens_.size() - 1) / seqLen_;
-  }
-  torch::Tensor next(int64_t batch) override {
-    torch::Tensor out = torch::empty({batch, seqLen_ + 1}, torch::kInt64);
-    auto acc = out.accessor<int64_t, 2>();
-    for (int64_t b = 0; b < batch; ++b, ++position_) {
-      int64_t start = order(position_ / windows_)[position_ % windows_] * seqLen_;
-      for (int64_t t = 0; t <= seqLen_; ++t)
-        acc[b][t] = tokens_[start + t];
-    }
-    return out;
-  }
-  int64_t position() const override { return position_; }
-  void seek(int64_t position) override { position_ = position; }
-  int64_t tokensPerEpoch() const override { return windows_ * seqLen_; }
-
-private:
-  std::vector<int64_t> order(int64_t epoch) const {
-    std::vector<int64_t> idx(windows_);
-    std::iota(idx.begin(), idx.end(), 0);
-    std::mt19937_64 rng(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
-    std::shuffle(idx.begin(), idx.end(), rng);
-    return idx;
-  }
-  std::vector<int64_t> tokens_;
-  int64_t seqLen_, windows_, position_ = 0;
-  uint64_t seed_;
-};
-
-struct TinyLMImpl : torch::nn::Module {
-  explicit TinyLMImpl(double dropout = 0.1) {
-    embed = register_module("embed", torch::nn::Embedding(kVocab, 16));
-    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})));
-    up = register_module("up", torch::nn::Linear(16, 64));
-    drop = register_module("drop", torch::nn::Dropout(dropout));
-    head = register_module("head", torch::nn::Linear(64, kVocab));
-    scale = register_buffer("scale", torch::ones({1}));  // a buffer, to be checkpointed too
-  }
-  torch::Tensor forward(const torch::Tensor& tokens) {
-    return head(drop(torch::gelu(up(norm(embed(tokens)))))) * scale;
-  }
-  torch::nn::Embedding embed{nullptr};
-  torch::nn::LayerNorm norm{nullptr};
-  torch::nn::Linear up{nullptr};
-  torch::nn::Dropout drop{nullptr};
-  torch::nn::Linear head{nullptr};
-  torch::Tensor scale;
-};
-TORCH_MODULE(TinyLM);
-
-constexpr int64_t kSeqLen = 16;
-
-std::string freshDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("linac_trainer_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  return dir.string();
-}
-
-TrainConfig tinyConfig(const std::string& outDir) {
-  TrainConfig c;
-  c.steps = 20;
-  c.batch = 4;
-  c.seqLen = kSeqLen;
-  c.lr = 1e-2;
-  c.warmupSteps = 3;
-  c.logEvery = 1;
-  c.outDir = outDir;
-  c.seed = 7;
-  return c;
-}
-
-torch::Tensor heldOutWindows() {
-  std::vector<int64_t> tokens = learnableTokens(8 * (kSeqLen + 1), 1);  // same rule: seed 1 permutation
-  return torch::tensor(tokens, torch::kInt64).reshape({8, kSeqLen + 1});
-}
-
-// One training run (or run segment): a freshly built model (init seeded by `initSeed`) and a
-// fresh stream over the same tokens, as a new process resuming would have.
-struct RunLog {
-  std::vector<double> losses;
-  TrainResult result;
-  std::vector<torch::Tensor> params;
-};
-
-RunLog train(TrainConfig config, uint64_t initSeed, int64_t stopAfter = -1, bool viaSigint = false) {
-  torch::manual_seed(initSeed);
-  TinyLM model;
-  model->to(config.device);
-  VectorStream stream(learnableTokens(4096, 1), config.seqLen, 3);
-  RunLog run;
-  Trainer* self = nullptr;
-  TrainHooks hooks;
-  hooks.onStep = [&](const StepStats& s) {
-    run.losses.push_back(s.loss);
-    if (s.step == stopAfter) {
-      if (viaSigint)
-        std::raise(SIGINT);
-      else
-        self->requestStop();
-    }
-  };
-  Trainer trainer(config, model.ptr(), [&](const torch::Tensor& t) { return model->forward(t); }, stream,
-                  heldOutWindows(), hooks);
-  trainer.setProgressStream(nullptr);
-  self = &trainer;
-  run.result = trainer.run();
-  for (const auto& p : model->parameters())
-    run.params.push_back(p.detach().clone());
-  return run;
-}
-
-// Flat JSON objects as the trainer writes them: string keys, number / null values.
-std::map<std::string, std::string> parseFlatJson(const std::string& line) {
-  std::map<std::string, std::string> out;
-  EXPECT_TRUE(line.size() >= 2 && line.front() == '{' && line.back() == '}') << line;
-  std::string body = line.substr(1, line.size() - 2);
-  std::stringstream ss(body);
-  std::string field;
-  while (std::getline(ss, field, ',')) {
-    auto colon = field.find(':');
-    EXPECT_NE(colon, std::string::npos) << line;
-    std::string key = field.substr(0, colon), value = field.substr(colon + 1);
-    EXPECT_TRUE(key.size() >= 2 && key.front() == '"' && key.back() == '"') << line;
-    if (value != "null") {
-      size_t used = 0;
-      std::stod(value, &used);
-      EXPECT_EQ(used, value.size()) << "not a number: " << value;
-    }
-    out[key.substr(1, key.size() - 2)] = value;
-  }
-  return out;
-}
-
-std::vector<std::string> readLines(const fs::path& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(line);
-  return lines;
+// A metrics line: one JSON object.
+Json parseLine(const std::string& line) {
+  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << line;
+  return j;
 }
 
 }  // namespace
@@ -280,10 +123,10 @@ void expectExactResume(int64_t accumulation, const std::string& name, torch::Dev
 
   // The split run's metrics hold each step once, in order.
   std::vector<int64_t> steps;
-  for (const auto& line : readLines(fs::path(c.outDir) / "metrics.jsonl")) {
-    auto kv = parseFlatJson(line);
-    if (kv.count("loss"))
-      steps.push_back(std::stoll(kv["step"]));
+  for (const auto& line : readLines(c.outDir + "/metrics.jsonl")) {
+    Json j = parseLine(line);
+    if (j.contains("loss"))
+      steps.push_back(j["step"].get<int64_t>());
   }
   std::vector<int64_t> expected(20);
   std::iota(expected.begin(), expected.end(), 1);
@@ -302,19 +145,21 @@ TEST(Trainer, CheckpointsAreAtomicAndLatestPointsToNewest) {
   for (const auto& e : fs::directory_iterator(c.outDir))
     names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-15.pt", "ckpt-20.pt", "config.json", "latest", "metrics.jsonl"}));
-  EXPECT_EQ(readLines(fs::path(c.outDir) / "latest"), (std::vector<std::string>{"ckpt-20.pt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-15.json", "ckpt-15.pt", "ckpt-20.json", "ckpt-20.pt",
+                                              "config.json", "latest", "lock", "metrics.jsonl"}));
+  EXPECT_EQ(readLines(c.outDir + "/latest"), (std::vector<std::string>{"ckpt-20.pt"}));
   EXPECT_EQ(run.result.lastCheckpoint, (fs::path(c.outDir) / "ckpt-20.pt").string());
 }
 
 TEST(Trainer, SigintCheckpointsAndStops) {
   TrainConfig c = tinyConfig(freshDir("sigint"));
-  RunLog run = train(c, 11, /*stopAfter=*/4, /*viaSigint=*/true);
+  RunLog run = train(c, 11, /*stopAfter=*/4, SIGINT);
   EXPECT_TRUE(run.result.interrupted);
+  EXPECT_EQ(run.result.stopSignal, SIGINT);
   EXPECT_EQ(run.result.step, 4);
   EXPECT_EQ(run.losses.size(), 4u);
   EXPECT_TRUE(fs::exists(fs::path(c.outDir) / "ckpt-4.pt"));
-  EXPECT_EQ(readLines(fs::path(c.outDir) / "latest"), (std::vector<std::string>{"ckpt-4.pt"}));
+  EXPECT_EQ(readLines(c.outDir + "/latest"), (std::vector<std::string>{"ckpt-4.pt"}));
   // The handler is gone after run(): the default action is back.
   struct sigaction current {};
   ::sigaction(SIGINT, nullptr, &current);
@@ -352,7 +197,7 @@ TEST(Trainer, NonFiniteLossNamesStepAndLayer) {
   EXPECT_TRUE(torch::equal(seenInputs, replay.next(c.batch).slice(1, 0, kSeqLen)));
   EXPECT_FALSE(fs::exists(fs::path(c.outDir) / "ckpt-3.pt"));  // a broken state is not saved
   // The diagnostic is the metrics file's last line.
-  auto lines = readLines(fs::path(c.outDir) / "metrics.jsonl");
+  auto lines = readLines(c.outDir + "/metrics.jsonl");
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(),
             R"({"step":3,"error":"loss is nan at step 3: first non-finite value in layer 1 (mlp) output"})");
@@ -418,10 +263,10 @@ TEST(Trainer, ExplicitTargetsScoreOnlyTargetedPositions) {
   ASSERT_TRUE(r.lastEval.has_value());
   EXPECT_EQ(r.lastEval->targets, 32 * kSeqLen / 4);
   EXPECT_GT(r.lastEval->accuracy, 0.5);
-  auto lines = readLines(fs::path(c.outDir) / "metrics.jsonl");
-  auto eval = parseFlatJson(lines.back());
-  ASSERT_TRUE(eval.count("eval_accuracy")) << lines.back();
-  EXPECT_NEAR(std::stod(eval["eval_accuracy"]), r.lastEval->accuracy, 1e-9);
+  auto lines = readLines(c.outDir + "/metrics.jsonl");
+  Json eval = parseLine(lines.back());
+  ASSERT_TRUE(eval.contains("eval_accuracy")) << lines.back();
+  EXPECT_NEAR(eval["eval_accuracy"].get<double>(), r.lastEval->accuracy, 1e-9);
 }
 
 TEST(Trainer, MetricsLinesParse) {
@@ -439,16 +284,17 @@ TEST(Trainer, MetricsLinesParse) {
   trainer.run();
 
   std::vector<int64_t> trainSteps, evalSteps;
-  for (const auto& line : readLines(fs::path(c.outDir) / "metrics.jsonl")) {
-    auto kv = parseFlatJson(line);
-    if (kv.count("eval_loss")) {
-      evalSteps.push_back(std::stoll(kv["step"]));
-      EXPECT_NEAR(std::stod(kv["eval_ppl"]), std::exp(std::stod(kv["eval_loss"])), 1e-6 * std::stod(kv["eval_ppl"]));
+  for (const auto& line : readLines(c.outDir + "/metrics.jsonl")) {
+    Json j = parseLine(line);
+    if (j.contains("eval_loss")) {
+      evalSteps.push_back(j["step"].get<int64_t>());
+      const double ppl = j["eval_ppl"].get<double>();
+      EXPECT_NEAR(ppl, std::exp(j["eval_loss"].get<double>()), 1e-6 * ppl);
     } else {
       for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed"})
-        EXPECT_TRUE(kv.count(key)) << key << " missing in " << line;
-      EXPECT_GT(std::stod(kv["tokens_per_s"]), 0);
-      trainSteps.push_back(std::stoll(kv["step"]));
+        EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing in " << line;
+      EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+      trainSteps.push_back(j["step"].get<int64_t>());
     }
   }
   EXPECT_EQ(trainSteps, (std::vector<int64_t>{2, 4, 6}));
