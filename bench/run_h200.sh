@@ -201,6 +201,7 @@ timed() {
     cat /tmp/linac_train_200.log >> "$OUT/train.log"
   fi
   if [ "${RUN_NCCL:-0}" = 1 ]; then
+    rm -rf /tmp/run-nccl
     WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 phase 60 \
       $L train specs/gated_deltanet.yaml --preset tiny --device cuda --steps 20 --out /tmp/run-nccl > /tmp/nccl.log 2>&1
     echo "nccl world size 1 rc=$?"; grep -E "data parallel|step 20/|done|error" /tmp/nccl.log | tail -3

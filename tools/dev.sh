@@ -42,7 +42,7 @@ case "${1:-}" in
     "$BUILD_DIR/bin/linac" compile specs/gated_deltanet.yaml --emit=ir-opt
     echo "== linac train specs/gated_deltanet.yaml --schedule 3:1 --preset tiny"
     "$BUILD_DIR/bin/linac" train specs/gated_deltanet.yaml --schedule 3:1 --preset tiny --device cpu \
-      --out "${RUN_DIR:-runs/gated_deltanet-3to1-tiny}" ;;
+      --out "${RUN_DIR:-runs/gated_deltanet-3to1-tiny}" --overwrite ;;
   test)
     setup; configure_and_build
     start=$SECONDS
