@@ -18,7 +18,8 @@
 #
 #   bash bench/run_h200.sh lab [seconds]
 #     the kernel lab built on another machine (tests/runtime/cuda/run_lab.sh with LAB_BUILD_ONLY=1;
-#     build-cuda/linac_cuda_lab carried), LAB_ARGS (default --fwd-only), while fla warms as prepare does
+#     build-cuda/linac_cuda_lab carried): its cases (LAB_ARGS) while fla warms, then the lab's
+#     forward timings and fla's ops, each with the GPU alone
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -153,8 +154,9 @@ keep_winners() {
   ls -la "$OUT/triton-cache.tgz"
 }
 
-# The kernel lab built elsewhere (LAB_PREBUILT: build-cuda/linac_cuda_lab carried), its forward cases
-# and timings (LAB_ARGS, default --fwd-only), while fla's ops warm their Triton cache.
+# The kernel lab built elsewhere (LAB_PREBUILT: build-cuda/linac_cuda_lab carried): its cases
+# (LAB_ARGS, default the forward cases) while fla's ops warm Triton's cache (light GPU use beside
+# the autotuning), then, with the GPU to each alone, the lab's timings and fla's ops (one process).
 lab() {
   restore_cache
   local target=$ALL warm_pid=
@@ -162,13 +164,18 @@ lab() {
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   LAB_PREBUILT=${LAB_PREBUILT:-1} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 420 \
-    bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only} > "$OUT/lab.log" 2>&1
+    bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} > "$OUT/lab.log" 2>&1
   echo "lab rc=$? ($((SECONDS - start)) s)"
-  grep -E "FAIL|error" "$OUT/lab.log" | head -30
-  sed -n '/timing/,$p' "$OUT/lab.log"
+  grep -E "FAIL|error|ALL PASS" "$OUT/lab.log" | head -30
+  [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
+  phase 150 ./build-cuda/linac_cuda_lab --bench-only --no-bwd > "$OUT/lab_bench.log" 2>&1
+  echo "lab timings rc=$? ($((SECONDS - start)) s)"
+  sed -n '/^kind/,$p' "$OUT/lab_bench.log"
   [ -z "$warm_pid" ] && return 0
-  wait "$warm_pid"
-  keep_winners "$target"
+  TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 200 python3 bench/fla_bench.py "${BYPASS[@]}" \
+    > "$OUT/fla_bench.jsonl" 2> /tmp/fla_bench.err
+  echo "fla ops rc=$? ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
+  cat "$OUT/fla_bench.jsonl"
 }
 
 timed() {

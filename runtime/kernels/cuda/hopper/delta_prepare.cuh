@@ -31,13 +31,13 @@ struct DeltaPrepareTiles {
   using MmaW = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;
   using MmaU = WarpgroupMma<T, C, kValueBlock, C, GMMA::Major::K, GMMA::Major::MN>;
 
-  static constexpr int kLdA = C + 1;
+  static constexpr int kLdA = C + 4;  // rows of A in 16-byte vectors
   struct Smem {
     alignas(1024) T k[cosize_v<K>];
     alignas(1024) T v[cosize_v<V>];
     alignas(1024) T tm[cosize_v<Tm>];
     alignas(1024) T tw[cosize_v<Tm>];
-    float a[C * kLdA];
+    alignas(16) float a[C * kLdA];
     float g[C];
     float b[C];
     float beta[C];
@@ -50,9 +50,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     deltaPrepareKernel(const ForwardParams p, const PrepareOutputs out) {
   using Tiles = DeltaPrepareTiles<T, DK, DV>;
   constexpr int C = Tiles::C, VB = Tiles::kValueBlock;
-  extern __shared__ uint8_t smemRaw[];
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(
-      (reinterpret_cast<uintptr_t>(smemRaw) + 1023) & ~uintptr_t(1023));
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
 
   int n;
   int64_t bos, len, chunk;
@@ -62,20 +62,19 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
   const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
 
-  Tensor sK = smemTensor(sm.k, typename Tiles::K{});
-  Tensor sKt = smemTensor(sm.k, typename Tiles::Kt{});
-  Tensor sV = smemTensor(sm.v, typename Tiles::V{});
-  Tensor sTm = smemTensor(sm.tm, typename Tiles::Tm{});
-  Tensor sTw = smemTensor(sm.tw, typename Tiles::Tm{});
+  const auto tK = smemTile(sm.k, typename Tiles::K{});      // (C, DK)
+  const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C)
+  const auto tV = smemTile(sm.v, typename Tiles::V{});      // (VB, C, value block)
+  const auto tTm = smemTile(sm.tm, typename Tiles::Tm{});   // (C, C)
+  const auto tTw = smemTile(sm.tw, typename Tiles::Tm{});   // (C, C)
 
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
-  loadTile<false, C, DK, kWarpgroupThreads>(sK(_, _, 0), k + tok0 * rowK + int64_t(h) * DK, rowK,
-                                            rows);
+  loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, k + tok0 * rowK + int64_t(h) * DK, rowK, rows);
   CUTE_UNROLL
   for (int j = 0; j < Tiles::kValueBlocks; ++j)
-    loadTile<true, C, VB, kWarpgroupThreads>(sV(_, _, j),
-                                             v + tok0 * rowV + int64_t(h) * DV + j * VB, rowV, rows);
+    loadTile<true, C, VB, kWarpgroupThreads>(tV, j, v + tok0 * rowV + int64_t(h) * DV + j * VB,
+                                             rowV, rows);
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
   copyCommit();
   if (tid < C) sm.beta[tid] = tid < rows ? p.beta[(tok0 + tid) * H + h] : 0.f;
@@ -90,36 +89,47 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   auto thrKK = mmaKK.get_thread_slice(tid);
   Tensor accA = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});
   issue(accA);
-  gemm<true>(mmaKK, thrKK.partition_fragment_A(sK(_, _, 0)), thrKK.partition_fragment_B(sK(_, _, 0)),
-             accA);
+  gemm<true>(mmaKK, thrKK.partition_fragment_A(tK.tensor()(_, _, 0)),
+             thrKK.partition_fragment_B(tK.tensor()(_, _, 0)), accA);
   commitAndWait(accA);
   __syncthreads();  // sm.b, sm.beta
 
   auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
-  const auto cA = accCoords<C, C>(mmaKK);
-  CUTE_UNROLL
-  for (int i = 0; i < size(accA); ++i) {
-    const int t = get<0>(cA(i)), s = get<1>(cA(i));
-    const float f = Decay::kActive ? __expf(decayAt(t) - decayAt(s)) : 1.f;
-    sm.a[t * Tiles::kLdA + s] = s < t ? sm.beta[t] * accA(i) * f : 0.f;
-  }
+  using MmaKK = typename Tiles::MmaKK;
+  forEachPair<MmaKK>(accCoords<C, C>(mmaKK), [&](int i, int t, int s) {
+    const float bt = sm.beta[t];
+    float f0 = bt, f1 = bt;
+    if constexpr (Decay::kActive) {
+      f0 *= __expf(fminf(decayAt(t) - decayAt(s), 0.f));  // s >= t is masked below
+      f1 *= __expf(fminf(decayAt(t) - decayAt(s + 1), 0.f));
+    }
+    *reinterpret_cast<float2*>(&sm.a[t * Tiles::kLdA + s]) =
+        make_float2(s < t ? accA(i) * f0 : 0.f, s + 1 < t ? accA(i + 1) * f1 : 0.f);
+  });
   __syncthreads();
 
-  if (tid < C) {  // column j = tid of X = (I + A)^-1
+  if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
     const int j = tid;
     float x[C];
     CUTE_UNROLL
     for (int i = 0; i < C; ++i) {
       float s = 0.f;
+      const float4* row = reinterpret_cast<const float4*>(&sm.a[i * Tiles::kLdA]);
       CUTE_UNROLL
-      for (int e = 0; e < i; ++e) s += sm.a[i * Tiles::kLdA + e] * x[e];
+      for (int e4 = 0; e4 < (i + 3) / 4; ++e4) {
+        const float4 a4 = row[e4];
+        s += a4.x * x[4 * e4];
+        if (4 * e4 + 1 < i) s += a4.y * x[4 * e4 + 1];
+        if (4 * e4 + 2 < i) s += a4.z * x[4 * e4 + 2];
+        if (4 * e4 + 3 < i) s += a4.w * x[4 * e4 + 3];
+      }
       x[i] = (i == j ? 1.f : 0.f) - s;
     }
     const float bj = sm.beta[j], fj = Decay::kActive ? __expf(decayAt(j)) : 1.f;
     CUTE_UNROLL
     for (int i = 0; i < C; ++i) {
-      sTm(i, j, 0) = T(x[i] * bj);
-      sTw(i, j, 0) = T(x[i] * bj * fj);
+      sts16(tTm.at(i, j), pack1<T>(x[i] * bj));
+      sts16(tTw.at(i, j), pack1<T>(x[i] * bj * fj));
     }
   }
   fenceToAsyncProxy();
@@ -131,32 +141,30 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   auto thrW = mmaW.get_thread_slice(tid);
   Tensor accW = partition_fragment_C(mmaW, Shape<Int<C>, Int<DK>>{});
   issue(accW);
-  gemm<true>(mmaW, thrW.partition_fragment_A(sTw(_, _, 0)), thrW.partition_fragment_B(sKt(_, _, 0)),
-             accW);
+  gemm<true>(mmaW, thrW.partition_fragment_A(tTw.tensor()(_, _, 0)),
+             thrW.partition_fragment_B(tKt.tensor()(_, _, 0)), accW);
   commitAndWait(accW);
-  const auto cW = accCoords<C, DK>(mmaW);
-  CUTE_UNROLL
-  for (int i = 0; i < size(accW); ++i) {
-    const int t = get<0>(cW(i)), d = get<1>(cW(i));
-    if (t < rows) w[(tok0 + t) * rowK + int64_t(h) * DK + d] = T(accW(i));
-  }
+  T* wChunk = w + tok0 * rowK + int64_t(h) * DK;
+  forEachPair<typename Tiles::MmaW>(accCoords<C, DK>(mmaW), [&](int i, int t, int d) {
+    if (t < rows) *reinterpret_cast<uint32_t*>(wChunk + t * rowK + d) = pack2<T>(accW(i), accW(i + 1));
+  });
 
   typename Tiles::MmaU mmaU;
   auto thrU = mmaU.get_thread_slice(tid);
-  Tensor fTm = thrU.partition_fragment_A(sTm(_, _, 0));
-  Tensor fV = thrU.partition_fragment_B(sV);  // (MMA, N, K, value block)
+  Tensor fTm = thrU.partition_fragment_A(tTm.tensor()(_, _, 0));
+  Tensor fV = thrU.partition_fragment_B(tV.tensor());  // (MMA, N, K, value block)
   Tensor accU = partition_fragment_C(mmaU, Shape<Int<C>, Int<VB>>{});
   const auto cU = accCoords<C, VB>(mmaU);
+  T* uChunk = u + tok0 * rowV + int64_t(h) * DV;
   CUTE_UNROLL
   for (int j = 0; j < Tiles::kValueBlocks; ++j) {
     issue(accU);
     gemm<true>(mmaU, fTm, fV(_, _, _, j), accU);
     commitAndWait(accU);
-    CUTE_UNROLL
-    for (int i = 0; i < size(accU); ++i) {
-      const int t = get<0>(cU(i)), c = get<1>(cU(i));
-      if (t < rows) u[(tok0 + t) * rowV + int64_t(h) * DV + j * VB + c] = T(accU(i));
-    }
+    forEachPair<typename Tiles::MmaU>(cU, [&](int i, int t, int c) {
+      if (t < rows)
+        *reinterpret_cast<uint32_t*>(uChunk + t * rowV + j * VB + c) = pack2<T>(accU(i), accU(i + 1));
+    });
   }
 }
 

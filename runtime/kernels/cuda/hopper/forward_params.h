@@ -8,7 +8,8 @@
 
 namespace linac::kernels::cuda::hopper {
 
-constexpr int kValueBlock = 64;  // value columns (BV) per CTA of the state stage
+constexpr int kValueBlock = 64;        // value columns (BV) per CTA of the state stage
+constexpr int kNarrowValueBlock = 32;  // ... when the grid is small enough for two CTAs per SM
 
 struct ForwardParams {
   const void* q;         // [B, T, H, dk]

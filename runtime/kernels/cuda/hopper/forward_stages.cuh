@@ -18,13 +18,42 @@ void setSmem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+template <class T, int DK, int BV, class Decay, bool kDelta>
+auto stateOutputReady() {
+  auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta>;
+  setSmem(kernel, StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes);
+  return kernel;
+}
+
+/// The state stage with BV = 32 where every CTA of the smaller blocks is resident at once (two per
+/// SM: twice the warps to hide each other's latency), else BV = 64.
 template <class T, int DK, class Decay, bool kDelta>
 void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
-  auto kernel = stateOutputKernel<T, DK, kValueBlock, Decay, kDelta>;
-  constexpr size_t bytes = StateOutputTiles<T, DK, kValueBlock, kDelta>::kSmemBytes;
-  setSmem(kernel, bytes);
-  const dim3 grid(p.value_dim / kValueBlock, p.heads, p.num_seqs);
-  kernel<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
+  static const int smCount = [] {
+    int device = 0, count = 0;
+    LINAC_CUDA_CHECK(cudaGetDevice(&device));
+    LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  static const int residentNarrow = [] {
+    int blocks = 0;
+    LINAC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, stateOutputReady<T, DK, kNarrowValueBlock, Decay, kDelta>(), kWarpgroupThreads,
+        StateOutputTiles<T, DK, kNarrowValueBlock, kDelta>::kSmemBytes));
+    return blocks;
+  }();
+  const int64_t narrowCtas = int64_t(p.value_dim / kNarrowValueBlock) * p.heads * p.num_seqs;
+  if (narrowCtas <= int64_t(residentNarrow) * smCount) {
+    constexpr int BV = kNarrowValueBlock;
+    auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta>();
+    kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
+             StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes, stream>>>(p);
+  } else {
+    constexpr int BV = kValueBlock;
+    auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta>();
+    kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
+             StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes, stream>>>(p);
+  }
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
 }
 

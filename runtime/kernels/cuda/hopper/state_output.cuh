@@ -10,9 +10,13 @@
 //   S <- exp(b_last) S + K^T (diag(exp(b_last - b)) X)                            [dk, BV]
 // (delta: X is the chunk's d_t = beta_t (v_t - S_{t-1}^T exp(g_t) k_t), so the rule is additive in
 // it; recurrence.h.) Products on wgmma (bf16 / fp16 operands, fp32 accumulators), operands in
-// 128B-swizzled shared memory (tiles.cuh): Q K^T, Q S and W S in one batch, then P X and K^T X.
-// S's bf16 copy (v contiguous) is the B operand of Q S and W S. The next chunk's tiles are
-// copied with cp.async into the other of two stages while the current one computes.
+// swizzled shared memory (tiles.cuh): Q K^T, Q S and W S in one batch, then P X and K^T X. S's
+// bf16 copy (v contiguous) is the B operand of Q S and W S. The next chunk's tiles are copied
+// with cp.async into the other of two stages while the current one computes.
+//
+// One warp per scheduler leaves every instruction's latency exposed, so the per-element work
+// between the products is kept to register math and 4- / 16-byte shared accesses at addresses
+// the swizzle folds into (SmemTile), and BV = 32 puts two CTAs on an SM where the grid allows.
 #pragma once
 
 #include "chunk_decay.cuh"
@@ -52,13 +56,16 @@ struct StateOutputTiles {
 };
 
 template <class T, int DK, int BV, class Decay, bool kDelta>
-__global__ void __launch_bounds__(kWarpgroupThreads, 1)
+__global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     stateOutputKernel(const ForwardParams p) {
   using Tiles = StateOutputTiles<T, DK, BV, kDelta>;
+  using MmaQK = typename Tiles::MmaQK;
+  using MmaQS = typename Tiles::MmaQS;
+  using MmaKX = typename Tiles::MmaKX;
   constexpr int C = Tiles::C;
-  extern __shared__ uint8_t smemRaw[];
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(
-      (reinterpret_cast<uintptr_t>(smemRaw) + 1023) & ~uintptr_t(1023));
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
 
   const int tid = threadIdx.x;
   const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
@@ -79,36 +86,36 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
   const T* w = static_cast<const T*>(p.w);
   T* o = static_cast<T*>(p.o);
 
-  Tensor sQ = smemTensor(sm.q, typename Tiles::Qk{});     // (C, DK, 2)
-  Tensor sK = smemTensor(sm.k, typename Tiles::Qk{});     // (C, DK, 2)
-  Tensor sKt = smemTensor(sm.k, typename Tiles::Kt{});    // (DK, C, 2)
-  Tensor sW = smemTensor(sm.w, typename Tiles::Qk{});     // (C, DK, 2), delta
-  Tensor sXin = smemTensor(sm.xin, typename Tiles::Xin{});  // (BV, C, 2)
-  Tensor sX = smemTensor(sm.x, typename Tiles::X{});      // (BV, C, 1)
-  Tensor sXs = smemTensor(sm.xs, typename Tiles::X{});    // (BV, C, 1)
-  Tensor sS = smemTensor(sm.s, typename Tiles::S{});      // (BV, DK, 1)
-  Tensor sP = smemTensor(sm.p, typename Tiles::P{});      // (C, C, 1)
+  const auto tQ = smemTile(sm.q, typename Tiles::Qk{});     // (C, DK, 2)
+  const auto tK = smemTile(sm.k, typename Tiles::Qk{});     // (C, DK, 2)
+  const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C, 2)
+  const auto tW = smemTile(sm.w, typename Tiles::Qk{});     // (C, DK, 2), delta
+  const auto tXin = smemTile(sm.xin, typename Tiles::Xin{});  // (BV, C, 2)
+  const auto tX = smemTile(sm.x, typename Tiles::X{});      // (BV, C)
+  const auto tXs = smemTile(sm.xs, typename Tiles::X{});    // (BV, C)
+  const auto tS = smemTile(sm.s, typename Tiles::S{});      // (BV, DK)
+  const auto tP = smemTile(sm.p, typename Tiles::P{});      // (C, C)
 
-  typename Tiles::MmaQK mmaQK;
-  typename Tiles::MmaQS mmaQS;
+  MmaQK mmaQK;
+  MmaQS mmaQS;
   typename Tiles::MmaPX mmaPX;
-  typename Tiles::MmaKX mmaKX;
+  MmaKX mmaKX;
   auto thrQK = mmaQK.get_thread_slice(tid);
   auto thrQS = mmaQS.get_thread_slice(tid);
   auto thrPX = mmaPX.get_thread_slice(tid);
   auto thrKX = mmaKX.get_thread_slice(tid);
-  Tensor fQ_qk = thrQK.partition_fragment_A(sQ);           // (MMA, M, K, stage)
-  Tensor fK_qk = thrQK.partition_fragment_B(sK);
-  Tensor fQ_qs = thrQS.partition_fragment_A(sQ);
-  Tensor fW_qs = thrQS.partition_fragment_A(sW);
-  Tensor fS_qs = thrQS.partition_fragment_B(sS(_, _, 0));
-  Tensor fP_px = thrPX.partition_fragment_A(sP(_, _, 0));
-  Tensor fXin_px = thrPX.partition_fragment_B(sXin);
-  Tensor fX_px = thrPX.partition_fragment_B(sX(_, _, 0));
-  Tensor fKt_kx = thrKX.partition_fragment_A(sKt);
-  Tensor fXin_kx = thrKX.partition_fragment_B(sXin);
-  Tensor fX_kx = thrKX.partition_fragment_B(sX(_, _, 0));
-  Tensor fXs_kx = thrKX.partition_fragment_B(sXs(_, _, 0));
+  Tensor fQ_qk = thrQK.partition_fragment_A(tQ.tensor());   // (MMA, M, K, stage)
+  Tensor fK_qk = thrQK.partition_fragment_B(tK.tensor());
+  Tensor fQ_qs = thrQS.partition_fragment_A(tQ.tensor());
+  Tensor fW_qs = thrQS.partition_fragment_A(tW.tensor());
+  Tensor fS_qs = thrQS.partition_fragment_B(tS.tensor()(_, _, 0));
+  Tensor fP_px = thrPX.partition_fragment_A(tP.tensor()(_, _, 0));
+  Tensor fXin_px = thrPX.partition_fragment_B(tXin.tensor());
+  Tensor fX_px = thrPX.partition_fragment_B(tX.tensor()(_, _, 0));
+  Tensor fKt_kx = thrKX.partition_fragment_A(tKt.tensor());
+  Tensor fXin_kx = thrKX.partition_fragment_B(tXin.tensor());
+  Tensor fX_kx = thrKX.partition_fragment_B(tX.tensor()(_, _, 0));
+  Tensor fXs_kx = thrKX.partition_fragment_B(tXs.tensor()(_, _, 0));
 
   Tensor accP = partition_fragment_C(mmaQK, Shape<Int<C>, Int<C>>{});
   Tensor accO = partition_fragment_C(mmaQS, Shape<Int<C>, Int<BV>>{});
@@ -118,18 +125,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
   const auto cO = accCoords<C, BV>(mmaQS);
   const auto cS = accCoords<DK, BV>(mmaKX);
 
-  // S's bf16 copy, from the accumulator.
+  // S's bf16 copy, from the accumulator (element pairs (d, v), (d, v + 1) are adjacent in S).
   auto publishState = [&] {
-    storePairs<T>(accS, cS, [&](int d, int v) { return &sS(v, d, 0); });
+    forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+      sts32(tS.at(v, d), pack2<T>(accS(i), accS(i + 1)));
+    });
   };
 
   // Initial state.
   const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
-  CUTE_UNROLL
-  for (int i = 0; i < size(accS); ++i) {
-    const int d = get<0>(cS(i)), v = get<1>(cS(i));
-    accS(i) = p.h0 ? p.h0[stateOffset + int64_t(d) * DV + v] : 0.f;
-  }
+  forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+    const float* h0 = p.h0 + stateOffset + int64_t(d) * DV + v;
+    accS(i) = p.h0 ? h0[0] : 0.f;
+    accS(i + 1) = p.h0 ? h0[1] : 0.f;
+  });
   publishState();
 
   const int64_t rowQK = int64_t(H) * DK, rowV = int64_t(H) * DV;
@@ -137,12 +146,11 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
     const int64_t tok0 = bos + int64_t(c) * C;
     const int rows = int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C);
     const int64_t offQK = tok0 * rowQK + int64_t(h) * DK;
-    loadTile<false, C, DK, kWarpgroupThreads>(sQ(_, _, stage), q + offQK, rowQK, rows);
-    loadTile<false, C, DK, kWarpgroupThreads>(sK(_, _, stage), k + offQK, rowQK, rows);
-    if constexpr (kDelta)
-      loadTile<false, C, DK, kWarpgroupThreads>(sW(_, _, stage), w + offQK, rowQK, rows);
-    loadTile<true, C, BV, kWarpgroupThreads>(sXin(_, _, stage),
-                                             xin + tok0 * rowV + int64_t(h) * DV + v0, rowV, rows);
+    loadTile<false, C, DK, kWarpgroupThreads>(tQ, stage, q + offQK, rowQK, rows);
+    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + offQK, rowQK, rows);
+    if constexpr (kDelta) loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + offQK, rowQK, rows);
+    loadTile<true, C, BV, kWarpgroupThreads>(tXin, stage, xin + tok0 * rowV + int64_t(h) * DV + v0,
+                                             rowV, rows);
     stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
   };
 
@@ -154,7 +162,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
     const int64_t tok0 = bos + int64_t(c) * C;
     const int rows = int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C);
     copyWait<0>();
-    fenceToAsyncProxy();  // this chunk's tiles and (from the last chunk) S^T, for the tensor cores
+    fenceToAsyncProxy();  // this chunk's tiles and (from the last chunk) S, for the tensor cores
     __syncthreads();      // ... and every thread is done with the other stage
     if (c + 1 < numChunks) loadChunk(c + 1, stage ^ 1);
     copyCommit();
@@ -171,31 +179,49 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
     if constexpr (Decay::kActive) __syncthreads();  // sm.b written by warp 0
 
     const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
-    auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
-    CUTE_UNROLL
-    for (int i = 0; i < size(accO); ++i) {
-      const int t = get<0>(cO(i)), v = get<1>(cO(i));
-      accO(i) *= Decay::kActive ? p.scale * __expf(decayAt(t)) : p.scale;
-    }
-    CUTE_UNROLL
-    for (int i = 0; i < size(accP); ++i) {
-      const int t = get<0>(cP(i)), s = get<1>(cP(i));
-      const float f = Decay::kActive ? __expf(decayAt(t) - decayAt(s)) : 1.f;
-      accP(i) = s <= t ? p.scale * accP(i) * f : 0.f;
-    }
-    storePairs<T>(accP, cP, [&](int t, int s) { return &sP(t, s, 0); });
-    if constexpr (kDelta) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(accX); ++i) {
-        const int t = get<0>(cO(i)), v = get<1>(cO(i));
-        const float x = float(sXin(v, t, stage)) - accX(i);
-        sX(v, t, 0) = T(x);
-        if constexpr (Decay::kActive) sXs(v, t, 0) = T(x * __expf(bLast - decayAt(t)));
+    forEachPair<MmaQS>(cO, [&](int i, int t, int) {
+      const float f = Decay::kActive ? p.scale * __expf(sm.b[t]) : p.scale;
+      accO(i) *= f;
+      accO(i + 1) *= f;
+    });
+    forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
+      // exp(b_t - b_s) only where s <= t: above the diagonal it can overflow (strong gates), and
+      // 0 * inf would be NaN.
+      float f0 = p.scale, f1 = p.scale;
+      if constexpr (Decay::kActive) {
+        const float bt = sm.b[t];
+        f0 *= __expf(fminf(bt - sm.b[s], 0.f));
+        f1 *= __expf(fminf(bt - sm.b[s + 1], 0.f));
       }
+      sts32(tP.at(t, s), pack2<T>(s <= t ? accP(i) * f0 : 0.f, s + 1 <= t ? accP(i + 1) * f1 : 0.f));
+    });
+    if constexpr (kDelta) {
+      forEachPair<MmaQS>(cO, [&](int i, int t, int v) {
+        const float2 u = unpack2<T>(lds32(tXin.at(v, t, stage)));
+        const float x0 = u.x - accX(i), x1 = u.y - accX(i + 1);
+        sts32(tX.at(v, t), pack2<T>(x0, x1));
+        if constexpr (Decay::kActive) {
+          const float f = __expf(bLast - sm.b[t]);
+          sts32(tXs.at(v, t), pack2<T>(x0 * f, x1 * f));
+        }
+      });
     } else if constexpr (Decay::kActive) {
-      for (int i = tid; i < BV * C; i += kWarpgroupThreads) {
-        const int t = i / BV, v = i % BV;
-        sXs(v, t, 0) = T(float(sXin(v, t, stage)) * __expf(bLast - decayAt(t)));
+      // X . exp(b_last - b): eight values of one token per 16-byte access.
+      constexpr int kVecs = BV * C / 8;
+      static_assert(kVecs % kWarpgroupThreads == 0, "whole vectors per thread");
+      CUTE_UNROLL
+      for (int e = 0; e < kVecs / kWarpgroupThreads; ++e) {
+        const int idx = tid + e * kWarpgroupThreads;
+        const int t = idx / (BV / 8), v = (idx % (BV / 8)) * 8;
+        const float f = __expf(bLast - sm.b[t]);
+        uint4 x = lds128(tXin.at(v, t, stage));
+        uint32_t* words = reinterpret_cast<uint32_t*>(&x);
+        CUTE_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          const float2 pair = unpack2<T>(words[j]);
+          words[j] = pack2<T>(pair.x * f, pair.y * f);
+        }
+        sts128(tXs.at(v, t), x);
       }
     }
     if constexpr (Decay::kActive) {
@@ -216,16 +242,18 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
     commitAndWait(accO, accS);
 
     T* oChunk = o + tok0 * rowV + int64_t(h) * DV + v0;
-    storePairs<T>(accO, cO, [&](int t, int v) { return t < rows ? oChunk + t * rowV + v : nullptr; });
+    forEachPair<MmaQS>(cO, [&](int i, int t, int v) {
+      if (t < rows)
+        *reinterpret_cast<uint32_t*>(oChunk + t * rowV + v) = pack2<T>(accO(i), accO(i + 1));
+    });
     publishState();  // every read of S_c completed before the barrier above
   }
 
   if (p.ht) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(accS); ++i) {
-      const int d = get<0>(cS(i)), v = get<1>(cS(i));
-      p.ht[stateOffset + int64_t(d) * DV + v] = accS(i);
-    }
+    forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+      *reinterpret_cast<float2*>(p.ht + stateOffset + int64_t(d) * DV + v) =
+          make_float2(accS(i), accS(i + 1));
+    });
   }
 }
 

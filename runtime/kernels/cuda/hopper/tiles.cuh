@@ -25,6 +25,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 namespace linac::kernels::cuda::hopper {
 
 using namespace cute;
@@ -36,11 +38,25 @@ template <> struct CuteType<__half> { using type = cute::half_t; };
 
 constexpr int kWarpgroupThreads = 128;
 
+/// The widest swizzle atom whose contiguous extent (in elements of 16 bits) divides `extent`.
+template <class T, int extent, bool kMajorK>
+constexpr auto swizzleAtom() {
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  if constexpr (extent % 64 == 0)
+    return std::conditional_t<kMajorK, GMMA::Layout_K_SW128_Atom<T>, GMMA::Layout_MN_SW128_Atom<T>>{};
+  else if constexpr (extent % 32 == 0)
+    return std::conditional_t<kMajorK, GMMA::Layout_K_SW64_Atom<T>, GMMA::Layout_MN_SW64_Atom<T>>{};
+  else {
+    static_assert(extent % 16 == 0, "tile extents are multiples of 16");
+    return std::conditional_t<kMajorK, GMMA::Layout_K_SW32_Atom<T>, GMMA::Layout_MN_SW32_Atom<T>>{};
+  }
+}
+
 template <class T, int R, int Cc, int Stages = 1>
-using RowTile = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
+using RowTile = decltype(tile_to_shape(swizzleAtom<T, Cc, true>(),
                                        Shape<Int<R>, Int<Cc>, Int<Stages>>{}));
 template <class T, int N, int K, int Stages = 1>
-using ColTile = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{},
+using ColTile = decltype(tile_to_shape(swizzleAtom<T, N, false>(),
                                        Shape<Int<N>, Int<K>, Int<Stages>>{}));
 /// (Cc, R, Stages) view of a RowTile<T, R, Cc, Stages>.
 template <class Row, int R, int Cc, int Stages = 1>
@@ -97,12 +113,93 @@ __device__ inline void fenceToAsyncProxy() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// A tile of layout L (RowTile, ColTile, Transposed) in shared memory. Elements are addressed by
+/// their 32-bit shared-window address, so accesses compile to LDS / STS with the swizzle folded
+/// into a few integer operations; tensor() is the CuTe view the wgmma descriptors are built from.
+template <class T, class L>
+struct SmemTile {
+  uint32_t base;  // shared address, 1024-byte aligned
+  T* ptr;         // the same memory as a generic pointer
+
+  __device__ auto tensor() const { return make_tensor(make_smem_ptr(ptr), L{}); }
+  /// Shared address of element (i, j) of stage s: the unswizzled byte offset, then the atom's
+  /// swizzle, which acts on byte addresses (checked against CuTe's own tensors on the host).
+  __device__ uint32_t at(int i, int j, int s = 0) const {
+    const uint32_t linear = uint32_t(L{}.layout_b()(i, j, s)) * uint32_t(sizeof(T));
+    return base + uint32_t(L{}.layout_a()(linear));
+  }
+};
+
+template <class T, class L>
+__device__ SmemTile<T, L> smemTile(T* p, L) {
+  return {static_cast<uint32_t>(__cvta_generic_to_shared(p)), p};
+}
+
+__device__ inline void sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ inline void sts16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+__device__ inline uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ inline void sts128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ inline uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+/// Two floats rounded to T, packed low / high into 32 bits; and back.
+template <class T>
+__device__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+template <class T>
+__device__ uint16_t pack1(float x) {
+  return T(x).raw();
+}
+template <class T>
+__device__ float2 unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+}
+
+/// Calls f(i, row, col) for each even register i of an accumulator with coordinates `coords`
+/// (accCoords of Mma): registers i and i + 1 hold (row, col) and (row, col + 1), as the wgmma
+/// accumulator layouts keep column pairs in consecutive registers (asserted on Mma's CLayout).
+template <class Mma, class Coords, class F>
+__device__ void forEachPair(const Coords& coords, F&& f) {
+  static_assert(decltype(stride<1, 0>(typename Mma::Atom::LayoutC_TV{}))::value == 64,
+                "wgmma accumulator: consecutive registers are adjacent columns of a 64-row tile");
+  CUTE_UNROLL
+  for (int i = 0; i < size(coords); i += 2) f(i, int(get<0>(coords(i))), int(get<1>(coords(i))));
+}
+
 /// 16-byte global -> shared copy through cp.async; zero-fills the destination when !valid (the
 /// source is then not read, but must still be a mapped address).
-__device__ inline void copy16(void* smem, const void* gmem, bool valid) {
-  const uint32_t dst = cast_smem_ptr_to_uint(smem);
+__device__ inline void copy16(uint32_t smem, const void* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(bytes)
                : "memory");
 }
@@ -113,41 +210,20 @@ __device__ inline void copyWait() {
 }
 
 /// Copies rows [0, R) of a global [R, Cc] block (row r at `src + r * rowStride` elements, Cc
-/// contiguous) into the tile view `dst` indexed (r, c) (RowTile) or (c, r) (ColTile, kColMajor);
-/// rows at or past `rows` are zero-filled. All kThreads threads call it.
-template <bool kColMajor, int R, int Cc, int kThreads, class T, class Dst>
-__device__ void loadTile(Dst dst, const T* src, int64_t rowStride, int rows) {
+/// contiguous) into stage `stage` of tile `dst`, indexed (r, c) for a RowTile or (c, r) for a
+/// ColTile (kColMajor); rows at or past `rows` are zero-filled. All kThreads threads call it.
+template <bool kColMajor, int R, int Cc, int kThreads, class T, class Tile>
+__device__ void loadTile(const Tile& dst, int stage, const T* src, int64_t rowStride, int rows) {
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kPerRow = Cc / kVec;
-  static_assert(Cc % kVec == 0, "rows are copied in 16-byte vectors");
-  for (int i = threadIdx.x; i < R * kPerRow; i += kThreads) {
+  static_assert(Cc % kVec == 0 && (R * kPerRow) % kThreads == 0, "whole 16-byte vectors per thread");
+  CUTE_UNROLL
+  for (int k = 0; k < R * kPerRow / kThreads; ++k) {
+    const int i = int(threadIdx.x) % kThreads + k * kThreads;
     const int r = i / kPerRow, c = (i % kPerRow) * kVec;
     const bool valid = r < rows;
     const T* g = src + (valid ? int64_t(r) * rowStride + c : 0);
-    T* s = kColMajor ? &dst(c, r) : &dst(r, c);
-    copy16(s, g, valid);
-  }
-}
-
-/// Stores accumulator `acc` (coordinates `coords`, accCoords) rounded to T at addr(row, col),
-/// skipping elements for which addr returns null. Two elements whose addresses are adjacent (as
-/// the wgmma accumulator layouts put adjacent columns in consecutive registers) go in one 4-byte
-/// store.
-template <class T, class Acc, class Coords, class Addr>
-__device__ void storePairs(const Acc& acc, const Coords& coords, Addr&& addr) {
-  static_assert(decltype(size(acc))::value % 2 == 0, "accumulators hold pairs");
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    T* p = addr(get<0>(coords(i)), get<1>(coords(i)));
-    T* q = addr(get<0>(coords(i + 1)), get<1>(coords(i + 1)));
-    if (p != nullptr && q == p + 1 && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
-      static_assert(sizeof(T) == 2, "16-bit elements");
-      const uint32_t lo = T(acc(i)).raw(), hi = T(acc(i + 1)).raw();
-      *reinterpret_cast<uint32_t*>(p) = lo | (hi << 16);
-    } else {
-      if (p != nullptr) *p = T(acc(i));
-      if (q != nullptr) *q = T(acc(i + 1));
-    }
+    copy16(kColMajor ? dst.at(c, r, stage) : dst.at(r, c, stage), g, valid);
   }
 }
 
