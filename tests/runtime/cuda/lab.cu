@@ -826,6 +826,8 @@ int main(int argc, char** argv) {
           for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
             runChunkCase({{de, up, Readout::Inclusive}, DType::F16, 1, 300, 2, 128, 128, {0, 100, 300}});
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 1000, 1, 128, 256, {}});
+            // more value blocks than fit two per SM at BV = 32: the state stage takes BV = 64
+            runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 4, 130, 40, 64, 128, {}});
           }
       }
       if (!fwd_only)
