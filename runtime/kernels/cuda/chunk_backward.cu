@@ -22,6 +22,9 @@
 #include "chunk_backward_paths.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#ifdef LINAC_HAVE_HOPPER
+#include "hopper/hopper_backward.h"
+#endif
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
@@ -614,6 +617,13 @@ void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   }
   LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkBackward: grid too large");
   if (num_seqs == 0) return;
+#ifdef LINAC_HAVE_HOPPER
+  // Opt-in until it has run on an H200 (hopper/hopper_backward.h): LINAC_HOPPER_BWD=1.
+  if (hopper::backwardSupported(kind, dtype, shape, args)) {
+    hopper::backward(kind, dtype, shape, args, num_seqs, stream);
+    return;
+  }
+#endif
   // Additive rule, inclusive readout, scalar-or-coarser decay: tensor-core chunkwise path
   // (chunk_backward_additive.cu); everything else takes the exact per-token kernel below.
   if (additiveBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) {

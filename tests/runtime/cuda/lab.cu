@@ -7,7 +7,10 @@
 // forward+backward timings.
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
-// Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--seed N]
+// Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
+//                       [--seed N]
+//   --hopper-bwd  the backward cases run the opt-in Hopper backward (LINAC_HOPPER_BWD=1) where it
+//                 applies; the backward timings show it beside the default either way
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 #include "cuda_check.h"
@@ -687,16 +690,17 @@ void benchBackward() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
       {"LinAttn  additive-none", {DecayClass::None, UpdateRule::Additive, Readout::Inclusive}, 0.0},
-      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.60},
-      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.96},
-      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 3.10},
-      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 3.04},
-      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 3.48},
-  };
+      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.604},
+      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.622},
+      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 2.994},
+      {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 1.458},
+      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 2.259},
+  };  // fla 0.6.0 fwd+bwd, same H200, 2026-12-03 (bench/NOTES.md, "Hopper forward on wgmma")
   std::printf("\nforward+backward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 20 after 3 warm-ups)\n", B, T, H, D);
   std::printf("(bwd no-dg: the same backward with d_g = null; additive none / fixed / scalar take the\n"
               " tensor-core path of chunk_backward_additive.cu, 3xTF32 in passes 1-2 for the fixed-class dg)\n");
-  std::printf("%-30s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
+  std::printf("(hopper bwd: LINAC_HOPPER_BWD=1, the opt-in wgmma backward where it applies)\n");
+  std::printf("%-30s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
   for (const auto& r : rows) {
     Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
@@ -719,6 +723,11 @@ void benchBackward() {
     ba.d_g = in.g.empty() ? nullptr : dg.as<float>();
     ba.d_beta = in.beta.empty() ? nullptr : db.as<float>();
     const double bms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    const char* hopperBwd = std::getenv("LINAC_HOPPER_BWD");
+    setenv("LINAC_HOPPER_BWD", "1", 1);
+    const double hms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    if (hopperBwd) setenv("LINAC_HOPPER_BWD", hopperBwd, 1);
+    else unsetenv("LINAC_HOPPER_BWD");
     const double ms = medianMs([&] {
       kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr);
       kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr);
@@ -730,9 +739,9 @@ void benchBackward() {
       nodg_ms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, nb, nullptr); }, 3, 20);
     }
     if (r.anchor > 0)
-      std::printf("%-30s %10.3f %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, nodg_ms, ms, r.anchor, ms / r.anchor);
+      std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, hms, nodg_ms, ms, r.anchor, ms / r.anchor);
     else
-      std::printf("%-30s %10.3f %10.3f %10.3f %10s %8s\n", r.name, bms, nodg_ms, ms, "-", "-");
+      std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10s %8s\n", r.name, bms, hms, nodg_ms, ms, "-", "-");
   }
 }
 }  // namespace
@@ -744,6 +753,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--fwd-only")) { fwd_only = true; do_bwd = false; }
     else if (!std::strcmp(argv[i], "--bench-only")) bench_only = true;
+    else if (!std::strcmp(argv[i], "--hopper-bwd")) setenv("LINAC_HOPPER_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);

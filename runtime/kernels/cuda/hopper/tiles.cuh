@@ -216,10 +216,12 @@ template <bool kColMajor, int R, int Cc, int kThreads, class T, class Tile>
 __device__ void loadTile(const Tile& dst, int stage, const T* src, int64_t rowStride, int rows) {
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kPerRow = Cc / kVec;
-  static_assert(Cc % kVec == 0 && (R * kPerRow) % kThreads == 0, "whole 16-byte vectors per thread");
+  constexpr int kTotal = R * kPerRow;
+  static_assert(Cc % kVec == 0, "rows are copied in 16-byte vectors");
   CUTE_UNROLL
-  for (int k = 0; k < R * kPerRow / kThreads; ++k) {
+  for (int k = 0; k < (kTotal + kThreads - 1) / kThreads; ++k) {
     const int i = int(threadIdx.x) % kThreads + k * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
     const int r = i / kPerRow, c = (i % kPerRow) * kVec;
     const bool valid = r < rows;
     const T* g = src + (valid ? int64_t(r) * rowStride + c : 0);

@@ -1,0 +1,90 @@
+// The Hopper backward's entry points: which calls it takes, and the dispatch over element type,
+// dk, dv and decay class to the instantiations in backward_<dtype>.cu.
+#include "hopper_backward.h"
+
+#include "../cuda_check.h"
+#include "backward_params.h"
+#include "chunk_decay.cuh"
+#include "hopper_forward.h"
+
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace linac::kernels::cuda::hopper {
+
+template <class T, int DK, int DV, class Decay>
+void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
+
+namespace {
+
+template <class T, int DK, int DV>
+void runDecay(DecayClass decay, const BackwardParams& p, int64_t slots, cudaStream_t stream) {
+  switch (decay) {
+    case DecayClass::None: runBackwardStages<T, DK, DV, NoDecay>(p, slots, stream); break;
+    case DecayClass::Fixed: runBackwardStages<T, DK, DV, FixedDecay>(p, slots, stream); break;
+    case DecayClass::Scalar: runBackwardStages<T, DK, DV, ScalarDecay>(p, slots, stream); break;
+    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper backward: diagonal decay");
+  }
+}
+
+template <class T>
+void runDims(DecayClass decay, const RecurrenceShape& s, const BackwardParams& p, int64_t slots,
+             cudaStream_t stream) {
+  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
+  if (k64 && v64) runDecay<T, 64, 64>(decay, p, slots, stream);
+  else if (k64) runDecay<T, 64, 128>(decay, p, slots, stream);
+  else if (v64) runDecay<T, 128, 64>(decay, p, slots, stream);
+  else runDecay<T, 128, 128>(decay, p, slots, stream);
+}
+
+}  // namespace
+
+bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
+                       const RecurrenceBackwardArgs& a) {
+  const char* env = std::getenv("LINAC_HOPPER_BWD");
+  if (env == nullptr || std::string(env) != "1") return false;
+  if (dtype == DType::F32 || kind.update != UpdateRule::Additive ||
+      kind.readout != Readout::Inclusive || kind.decay == DecayClass::Diagonal)
+    return false;
+  if (kind.decay == DecayClass::Fixed && a.d_g != nullptr) return false;  // a per-head total
+  if ((s.key_dim != 64 && s.key_dim != 128) || (s.value_dim != 64 && s.value_dim != 128))
+    return false;
+  RecurrenceKind forwardKind = kind;  // the same device and build checks as the forward
+  return forwardSupported(forwardKind, dtype, s);
+}
+
+void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
+              const RecurrenceBackwardArgs& a, int64_t num_seqs, cudaStream_t stream) {
+  LINAC_REQUIRE(backwardSupported(kind, dtype, s, a), "hopper backward: unsupported call");
+  const RecurrenceForwardArgs& f = a.fwd;
+  BackwardParams p{};
+  p.q = f.q;
+  p.k = f.k;
+  p.v = f.v;
+  p.d_o = a.d_o;
+  p.g = f.g;
+  p.h0 = f.h0;
+  p.d_ht = a.d_ht;
+  p.dq = a.d_q;
+  p.dk = a.d_k;
+  p.dv = a.d_v;
+  p.dg = kind.decay == DecayClass::Scalar ? a.d_g : nullptr;
+  p.dh0 = a.d_h0;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.chunks_per_seq = (s.seq_len + kChunk - 1) / kChunk;
+  p.num_seqs = int(num_seqs);
+  p.heads = int(s.heads);
+  p.value_dim = int(s.value_dim);
+  p.scale = f.scale;
+  const int64_t tokens = s.batch * s.seq_len;
+  const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
+                                     : s.batch * p.chunks_per_seq;
+  if (dtype == DType::BF16) runDims<cutlass::bfloat16_t>(kind.decay, s, p, slots, stream);
+  else runDims<cutlass::half_t>(kind.decay, s, p, slots, stream);
+}
+
+}  // namespace linac::kernels::cuda::hopper

@@ -1,0 +1,34 @@
+// Arguments of the Hopper backward stages for the additive rule (state_scan.cuh, chunk_grad.cuh).
+// Tensors are contiguous [B, T, H, D] as in the forward (forward_params.h); chunk slots map chunks
+// of every sequence to workspace rows (chunk_slots.cuh).
+#pragma once
+
+#include <cstdint>
+
+namespace linac::kernels::cuda::hopper {
+
+struct BackwardParams {
+  const void* q;          // [B, T, H, dk]
+  const void* k;          // [B, T, H, dk]
+  const void* v;          // [B, T, H, dv]
+  const void* d_o;        // [B, T, H, dv]
+  const float* g;         // None: null; Fixed [H]; Scalar [B, T, H]
+  const float* h0;        // [N, H, dk, dv] or null
+  const float* d_ht;      // [N, H, dk, dv] or null
+  void* states;           // [slots, H, dk, dv] S_c, the state before chunk c (input dtype)
+  void* dstates;          // [slots, H, dk, dv] dS_{c+1}, the gradient after chunk c (input dtype)
+  void* dq;               // [B, T, H, dk] or null
+  void* dk;               // [B, T, H, dk] or null
+  void* dv;               // [B, T, H, dv] or null
+  float* dg;              // Scalar [B, T, H] or null
+  float* dh0;             // [N, H, dk, dv] or null
+  const int64_t* cu_seqlens;  // [N + 1] (device) or null
+  int64_t seq_len;        // T
+  int64_t chunks_per_seq; // ceil(T / C) (padded batches)
+  int num_seqs;           // N
+  int heads;              // H
+  int value_dim;          // dv
+  float scale;
+};
+
+}  // namespace linac::kernels::cuda::hopper

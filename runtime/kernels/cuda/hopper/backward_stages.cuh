@@ -1,0 +1,59 @@
+// Launches of the Hopper backward stages for one (element type, dk, dv, decay class); the
+// backward_<dtype>.cu files instantiate them.
+//   state passes: stateScanKernel forward (S_c) and reverse (dS_{c+1}, d_h0) into a workspace of
+//                 two [slots, H, dk, dv] arrays in the input dtype (cudaMallocAsync)
+//   gradients:    chunkGradKernel, one CTA of three warpgroups per (chunk slot, head)
+#pragma once
+
+#include "../cuda_check.h"
+#include "chunk_grad.cuh"
+#include "state_scan.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kScanValueBlock = 32;  // value columns per CTA of the state passes
+
+template <class Kernel>
+void setBackwardSmem(Kernel kernel, size_t bytes) {
+  LINAC_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <class T, int DK, int DV, class Decay>
+void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
+  const size_t stateBytes = size_t(slots) * p.heads * DK * DV * sizeof(T);
+  uint8_t* ws = nullptr;
+  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), 2 * stateBytes, stream));
+  p.states = ws;
+  p.dstates = ws + stateBytes;
+
+  constexpr int BV = kScanValueBlock;
+  constexpr size_t scanBytes = StateScanTiles<T, DK, BV>::kSmemBytes;
+  const dim3 scanGrid(DV / BV, p.heads, p.num_seqs);
+  auto forward = stateScanKernel<T, DK, BV, Decay, false>;
+  auto reverse = stateScanKernel<T, DK, BV, Decay, true>;
+  setBackwardSmem(forward, scanBytes);
+  setBackwardSmem(reverse, scanBytes);
+  forward<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (forward)");
+  reverse<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (reverse)");
+
+  auto grad = chunkGradKernel<T, DK, DV, Decay>;
+  constexpr size_t gradBytes = ChunkGradTiles<T, DK, DV>::kSmemBytes;
+  setBackwardSmem(grad, gradBytes);
+  grad<<<dim3(unsigned(slots), p.heads), kGradThreads, gradBytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::chunkGradKernel");
+  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace linac::kernels::cuda::hopper
+
+// Used inside namespace linac::kernels::cuda::hopper.
+#define LINAC_HOPPER_BACKWARD_INSTANTIATE(T, DK, DV)                                   \
+  template void runBackwardStages<T, DK, DV, NoDecay>(BackwardParams, int64_t,         \
+                                                      cudaStream_t);                   \
+  template void runBackwardStages<T, DK, DV, FixedDecay>(BackwardParams, int64_t,      \
+                                                         cudaStream_t);                \
+  template void runBackwardStages<T, DK, DV, ScalarDecay>(BackwardParams, int64_t,     \
+                                                          cudaStream_t);

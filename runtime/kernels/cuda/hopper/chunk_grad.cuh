@@ -1,0 +1,317 @@
+// Hopper backward, chunk-parallel gradients of the additive rule (decay none / fixed / scalar,
+// inclusive readout), from the state passes' S_c and dS_{c+1} (state_scan.cuh). One CTA of three
+// warpgroups per (chunk slot, head); with b the in-chunk cumulative log-decay (chunk_decay.cuh)
+// and masks s <= t:
+//   A  = scale exp(b_t - b_s) (Q K^T)[t][s]        D  = scale exp(b_t - b_s) (dO V^T)[t][s]
+//   dq = scale diag(exp b) dO S_c^T + D K                                  warpgroup 0 (and D)
+//   dk = diag(exp(b_last - b)) V dS_{c+1}^T + D^T Q                        warpgroup 1
+//   dv = diag(exp(b_last - b)) K dS_{c+1} + A^T dO                         warpgroup 2 (and A)
+// and, for a scalar decay, the exact per-token dg_t = <dS_t, exp(g_t) S_{t-1}> expanded over the
+// chunk (every term a decayed physical contribution, nothing large cancels; the mma.sync path's
+// formula, chunk_backward_additive.cu):
+//   dg_t = exp(b_last) <S_c, dS_{c+1}> + sum_{t' >= t} q_t'.dq_inter_t'
+//          + sum_{s < t} k_s.dk_inter_s + sum_{s < t <= t'} D[t'][s] (q_t'.k_s)
+// with dq_inter, dk_inter the first terms of dq and dk. Products on wgmma from swizzled tiles,
+// transposed operands through Transposed views (no second copies); every output written once.
+#pragma once
+
+#include "../chunk_slots.cuh"
+#include "backward_params.h"
+#include "chunk_decay.cuh"
+#include "tiles.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kGradThreads = 3 * kWarpgroupThreads;
+
+template <class T, int DK, int DV>
+struct ChunkGradTiles {
+  static constexpr int C = kChunk;
+  using Qk = RowTile<T, C, DK>;            // q, k: [t, d]
+  using QkT = Transposed<Qk, C, DK>;       // (d, t)
+  using Vo = RowTile<T, C, DV>;            // v, d_o: [t, v]
+  using VoT = Transposed<Vo, C, DV>;       // (v, t)
+  using St = RowTile<T, DK, DV>;           // S_c, dS_{c+1}: [d, v]
+  using StT = Transposed<St, DK, DV>;      // (v, d)
+  using Sq = RowTile<T, C, C>;             // A, D: [t, s]
+  using SqT = Transposed<Sq, C, C>;        // (s, t)
+
+  using MmaQK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;     // Q K^T
+  using MmaOV = WarpgroupMma<T, C, C, DV, GMMA::Major::K, GMMA::Major::K>;     // dO V^T
+  using MmaXS = WarpgroupMma<T, C, DK, DV, GMMA::Major::K, GMMA::Major::K>;    // dO S^T, V dS^T
+  using MmaDK = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // D K
+  using MmaDtQ = WarpgroupMma<T, C, DK, C, GMMA::Major::MN, GMMA::Major::MN>;  // D^T Q
+  using MmaKdS = WarpgroupMma<T, C, DV, DK, GMMA::Major::K, GMMA::Major::MN>;  // K dS
+  using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::MN, GMMA::Major::MN>;  // A^T dO
+
+  static constexpr int kLdE = C + 4;
+  struct Smem {
+    alignas(1024) T q[cosize_v<Qk>];
+    alignas(1024) T k[cosize_v<Qk>];
+    alignas(1024) T v[cosize_v<Vo>];
+    alignas(1024) T o[cosize_v<Vo>];
+    alignas(1024) T s[cosize_v<St>];
+    alignas(1024) T ds[cosize_v<St>];
+    alignas(1024) T a[cosize_v<Sq>];
+    alignas(1024) T d[cosize_v<Sq>];
+    alignas(16) float e[C * kLdE];  // D (fp32), then D . (Q K^T), then its row prefix sums
+    float g[C];
+    float b[C];
+    float r2[C];  // q_t . dq_inter_t
+    float r3[C];  // k_s . dk_inter_s
+    float dot[kWarpgroupThreads / 32];  // <S_c, dS_{c+1}> per warp
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+/// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
+__device__ inline float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <class T, int DK, int DV, class Decay>
+__global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const BackwardParams p) {
+  using Tiles = ChunkGradTiles<T, DK, DV>;
+  constexpr int C = Tiles::C;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+
+  int n;
+  int64_t bos, len, chunk, coff;
+  if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
+  const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
+  const int h = blockIdx.y, H = p.heads;
+  const int64_t tok0 = bos + chunk * C;
+  const int rows = int(len - chunk * C < C ? len - chunk * C : C);
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
+
+  const auto tQ = smemTile(sm.q, typename Tiles::Qk{});
+  const auto tQt = smemTile(sm.q, typename Tiles::QkT{});
+  const auto tK = smemTile(sm.k, typename Tiles::Qk{});
+  const auto tKt = smemTile(sm.k, typename Tiles::QkT{});
+  const auto tV = smemTile(sm.v, typename Tiles::Vo{});
+  const auto tO = smemTile(sm.o, typename Tiles::Vo{});
+  const auto tOt = smemTile(sm.o, typename Tiles::VoT{});
+  const auto tS = smemTile(sm.s, typename Tiles::St{});
+  const auto tDS = smemTile(sm.ds, typename Tiles::St{});
+  const auto tDSt = smemTile(sm.ds, typename Tiles::StT{});
+  const auto tA = smemTile(sm.a, typename Tiles::Sq{});
+  const auto tAt = smemTile(sm.a, typename Tiles::SqT{});
+  const auto tD = smemTile(sm.d, typename Tiles::Sq{});
+  const auto tDt = smemTile(sm.d, typename Tiles::SqT{});
+
+  {  // loads: this chunk's q, k, v, d_o and the slot's two states
+    const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+    const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV;
+    loadTile<false, C, DK, kGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
+    loadTile<false, C, DK, kGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+    loadTile<false, C, DV, kGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
+    loadTile<false, C, DV, kGradThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV, rowV, rows);
+    loadTile<false, DK, DV, kGradThreads>(tS, 0, static_cast<const T*>(p.states) + slot, DV, DK);
+    loadTile<false, DK, DV, kGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + slot, DV, DK);
+    stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
+    copyCommit();
+    copyWait<0>();
+    fenceToAsyncProxy();
+    __syncthreads();
+    if constexpr (Decay::kActive) {
+      if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g, p.g, rows, h);
+      __syncthreads();
+    }
+  }
+  auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
+  const float bLast = decayAt(C - 1);
+  // scale exp(b_t - b_s) where s <= t, else 0
+  auto causal = [&](int t, int s) {
+    return s <= t ? p.scale * (Decay::kActive ? __expf(fminf(decayAt(t) - decayAt(s), 0.f)) : 1.f)
+                  : 0.f;
+  };
+
+  // Phase 1: D (warpgroup 0), dk_inter and its row dots (1), A and Q K^T (2).
+  using MmaQK = typename Tiles::MmaQK;
+  using MmaOV = typename Tiles::MmaOV;
+  using MmaXS = typename Tiles::MmaXS;
+  typename Tiles::MmaXS mmaXS;
+  Tensor accX = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});  // dq (wg 0) or dk (wg 1)
+  const auto cX = accCoords<C, DK>(mmaXS);
+  MmaQK mmaQK;
+  Tensor accPm = partition_fragment_C(mmaQK, Shape<Int<C>, Int<C>>{});    // Q K^T (wg 2)
+  const auto cC = accCoords<C, C>(mmaQK);
+  // Row dot of an accumulator with a [t, d] tile (rows t = r0 and r0 + 8 of this thread's quad):
+  // writes out[t] from the quad's first lane.
+  auto rowDots = [&](const auto& tile, float* out) {
+    const int r0 = get<0>(cX(0));
+    float s0 = 0.f, s1 = 0.f;
+    forEachPair<MmaXS>(cX, [&](int i, int t, int d) {
+      const float2 x = unpack2<T>(lds32(tile.at(t, d)));
+      const float part = accX(i) * x.x + accX(i + 1) * x.y;
+      if (t == r0) s0 += part;
+      else s1 += part;
+    });
+    s0 = quadSum(s0);
+    s1 = quadSum(s1);
+    if ((wtid & 3) == 0) {
+      out[r0] = s0;
+      out[r0 + 8] = s1;
+    }
+  };
+
+  if (wg == 0) {
+    MmaOV mma;
+    auto thr = mma.get_thread_slice(wtid);
+    Tensor acc = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
+    issue(acc);
+    gemm<true>(mma, thr.partition_fragment_A(tO.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tV.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+    forEachPair<MmaOV>(accCoords<C, C>(mma), [&](int i, int t, int s) {
+      const float d0 = acc(i) * causal(t, s), d1 = acc(i + 1) * causal(t, s + 1);
+      sts32(tD.at(t, s), pack2<T>(d0, d1));
+      *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = make_float2(d0, d1);
+    });
+  } else if (wg == 1) {
+    auto thr = mmaXS.get_thread_slice(wtid);
+    issue(accX);
+    gemm<true>(mmaXS, thr.partition_fragment_A(tV.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tDS.tensor()(_, _, 0)), accX);
+    commitAndWait(accX);
+    forEachPair<MmaXS>(cX, [&](int i, int s, int) {
+      const float f = Decay::kActive ? __expf(bLast - decayAt(s)) : 1.f;
+      accX(i) *= f;
+      accX(i + 1) *= f;
+    });
+    if (wantDg) rowDots(tK, sm.r3);
+  } else {
+    auto thr = mmaQK.get_thread_slice(wtid);
+    issue(accPm);
+    gemm<true>(mmaQK, thr.partition_fragment_A(tQ.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tK.tensor()(_, _, 0)), accPm);
+    commitAndWait(accPm);
+    forEachPair<MmaQK>(cC, [&](int i, int t, int s) {
+      sts32(tA.at(t, s), pack2<T>(accPm(i) * causal(t, s), accPm(i + 1) * causal(t, s + 1)));
+    });
+  }
+  fenceToAsyncProxy();
+  __syncthreads();
+
+  // Phase 2: dq (0), dk (1), dv (2); the pair terms of dg (2).
+  if (wg == 0) {
+    auto thr = mmaXS.get_thread_slice(wtid);
+    issue(accX);
+    gemm<true>(mmaXS, thr.partition_fragment_A(tO.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tS.tensor()(_, _, 0)), accX);
+    commitAndWait(accX);
+    forEachPair<MmaXS>(cX, [&](int i, int t, int) {
+      const float f = Decay::kActive ? p.scale * __expf(decayAt(t)) : p.scale;
+      accX(i) *= f;
+      accX(i + 1) *= f;
+    });
+    if (wantDg) rowDots(tQ, sm.r2);
+    typename Tiles::MmaDK mma;
+    auto thr2 = mma.get_thread_slice(wtid);
+    issue(accX);
+    gemm<false>(mma, thr2.partition_fragment_A(tD.tensor()(_, _, 0)),
+                thr2.partition_fragment_B(tKt.tensor()(_, _, 0)), accX);
+    commitAndWait(accX);
+    if (p.dq) {
+      T* dq = static_cast<T*>(p.dq) + tok0 * rowK + int64_t(h) * DK;
+      forEachPair<MmaXS>(cX, [&](int i, int t, int d) {
+        if (t < rows) *reinterpret_cast<uint32_t*>(dq + t * rowK + d) = pack2<T>(accX(i), accX(i + 1));
+      });
+    }
+  } else if (wg == 1) {
+    typename Tiles::MmaDtQ mma;
+    auto thr = mma.get_thread_slice(wtid);
+    issue(accX);
+    gemm<false>(mma, thr.partition_fragment_A(tDt.tensor()(_, _, 0)),
+                thr.partition_fragment_B(tQt.tensor()(_, _, 0)), accX);
+    commitAndWait(accX);
+    if (p.dk) {
+      T* dk = static_cast<T*>(p.dk) + tok0 * rowK + int64_t(h) * DK;
+      forEachPair<MmaXS>(cX, [&](int i, int s, int d) {
+        if (s < rows) *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accX(i), accX(i + 1));
+      });
+    }
+    if (wantDg) {  // <S_c, dS_{c+1}>, 16-byte vectors of both tiles
+      float part = 0.f;
+      for (int idx = wtid; idx < DK * DV / 8; idx += kWarpgroupThreads) {
+        const int d = idx / (DV / 8), v = (idx % (DV / 8)) * 8;
+        uint4 a = lds128(tS.at(d, v)), b = lds128(tDS.at(d, v));
+        const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
+        const uint32_t* wb = reinterpret_cast<const uint32_t*>(&b);
+        CUTE_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          const float2 x = unpack2<T>(wa[j]), y = unpack2<T>(wb[j]);
+          part += x.x * y.x + x.y * y.y;
+        }
+      }
+      CUTE_UNROLL
+      for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+      if ((wtid & 31) == 0) sm.dot[wtid / 32] = part;
+    }
+  } else {
+    typename Tiles::MmaKdS mma;
+    auto thr = mma.get_thread_slice(wtid);
+    Tensor acc = partition_fragment_C(mma, Shape<Int<C>, Int<DV>>{});
+    issue(acc);
+    gemm<true>(mma, thr.partition_fragment_A(tK.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tDSt.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+    const auto cV = accCoords<C, DV>(mma);
+    forEachPair<typename Tiles::MmaKdS>(cV, [&](int i, int s, int) {
+      const float f = Decay::kActive ? __expf(bLast - decayAt(s)) : 1.f;
+      acc(i) *= f;
+      acc(i + 1) *= f;
+    });
+    typename Tiles::MmaAtO mma2;
+    auto thr2 = mma2.get_thread_slice(wtid);
+    issue(acc);
+    gemm<false>(mma2, thr2.partition_fragment_A(tAt.tensor()(_, _, 0)),
+                thr2.partition_fragment_B(tOt.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+    if (p.dv) {
+      T* dv = static_cast<T*>(p.dv) + tok0 * rowV + int64_t(h) * DV;
+      forEachPair<typename Tiles::MmaKdS>(cV, [&](int i, int s, int c) {
+        if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(acc(i), acc(i + 1));
+      });
+    }
+    if (wantDg) {  // e[t'][s] <- D[t'][s] (q_t' . k_s) for s < t' (the pair terms), 0 elsewhere
+      forEachPair<MmaQK>(cC, [&](int i, int t, int s) {
+        float2* e = reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]);
+        const float2 d = *e;
+        *e = make_float2(s < t ? d.x * accPm(i) : 0.f, s + 1 < t ? d.y * accPm(i + 1) : 0.f);
+      });
+    }
+  }
+  if (!wantDg) return;
+  __syncthreads();
+
+  // Phase 3 (scalar decay, dg wanted): row prefix sums of e, then per token t
+  //   dg_t = exp(b_last) <S_c, dS_{c+1}> + sum_{t' >= t} r2[t'] + sum_{s < t} r3[s]
+  //          + sum_{t' >= t} sum_{s < t} e[t'][s].
+  if (tid < C) {  // e[t'][.] <- exclusive prefix sums along s
+    float* row = &sm.e[tid * Tiles::kLdE];
+    float run = 0.f;
+    for (int s = 0; s < C; ++s) {
+      const float x = row[s];
+      row[s] = run;
+      run += x;
+    }
+  }
+  __syncthreads();
+  if (tid < C) {
+    const int t = tid;
+    float dot = 0.f;
+    CUTE_UNROLL
+    for (int w = 0; w < kWarpgroupThreads / 32; ++w) dot += sm.dot[w];
+    float acc = (Decay::kActive ? __expf(bLast) : 1.f) * dot;
+    for (int tp = t; tp < C; ++tp) acc += sm.r2[tp] + sm.e[tp * Tiles::kLdE + t];
+    for (int s = 0; s < t; ++s) acc += sm.r3[s];
+    if (t < rows) p.dg[(tok0 + t) * H + h] = acc;
+  }
+}
+
+}  // namespace linac::kernels::cuda::hopper

@@ -1,0 +1,154 @@
+// Hopper backward, state passes of the additive rule (decay none / fixed / scalar): the states the
+// chunk-parallel gradients need, in the input dtype, one row of the workspace per chunk slot.
+// One CTA (one warpgroup) per (block of BV value columns, head, sequence), one launch per direction:
+//   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
+//             S <- exp(b_last) S + K^T (diag(exp(b_last - b)) V)
+//   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,
+//             dS <- exp(b_last) dS + Q^T (diag(scale exp(b)) dO);          d_h0 = dS at the end
+// so states[c] is S_c, the state before chunk c, and dstates[c] is dS_{c+1}, the gradient with
+// respect to the state after it. Both directions are one product per chunk, X^T Y with X = k or q
+// read through the transposed view of its [t, d] tile and Y = v or d_o scaled per token, the fp32
+// state as its accumulator (the state stage of the forward, state_output.cuh, without the output).
+#pragma once
+
+#include "../chunk_slots.cuh"
+#include "backward_params.h"
+#include "chunk_decay.cuh"
+#include "tiles.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+template <class T, int DK, int BV>
+struct StateScanTiles {
+  static constexpr int C = kChunk;
+  using X = RowTile<T, C, DK, 2>;            // k or q: [t, d], two stages
+  using Xt = Transposed<X, C, DK, 2>;       // (d, t)
+  using Y = ColTile<T, BV, C, 2>;            // v or d_o: (v, t), two stages
+  using Ys = ColTile<T, BV, C>;              // Y scaled per token
+  using Mma = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>;
+
+  struct Smem {
+    alignas(1024) T x[cosize_v<X>];
+    alignas(1024) T y[cosize_v<Y>];
+    alignas(1024) T ys[cosize_v<Ys>];
+    float g[2][C];
+    float b[C];
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+template <class T, int DK, int BV, class Decay, bool kReverse>
+__global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const BackwardParams p) {
+  using Tiles = StateScanTiles<T, DK, BV>;
+  using Mma = typename Tiles::Mma;
+  constexpr int C = Tiles::C;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+
+  const int tid = threadIdx.x;
+  constexpr bool reverse = kReverse;
+  const int n = blockIdx.z;
+  const int h = blockIdx.y, H = p.heads, DV = p.value_dim, v0 = blockIdx.x * BV;
+  int64_t bos, len, coff;
+  seqInfo<C>(p, n, bos, len, coff);
+  const int numChunks = int((len + C - 1) / C);
+
+  const T* x = static_cast<const T*>(reverse ? p.q : p.k);    // [B, T, H, dk]
+  const T* y = static_cast<const T*>(reverse ? p.d_o : p.v);  // [B, T, H, dv]
+  T* out = static_cast<T*>(reverse ? p.dstates : p.states);   // [slots, H, dk, dv]
+
+  const auto tX = smemTile(sm.x, typename Tiles::X{});
+  const auto tXt = smemTile(sm.x, typename Tiles::Xt{});
+  const auto tY = smemTile(sm.y, typename Tiles::Y{});
+  const auto tYs = smemTile(sm.ys, typename Tiles::Ys{});
+
+  Mma mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor fXt = thr.partition_fragment_A(tXt.tensor());  // (MMA, M, K, stage)
+  Tensor fY = thr.partition_fragment_B(tY.tensor());
+  Tensor fYs = thr.partition_fragment_B(tYs.tensor()(_, _, 0));
+  Tensor acc = partition_fragment_C(mma, Shape<Int<DK>, Int<BV>>{});
+  const auto cS = accCoords<DK, BV>(mma);
+
+  const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
+  const float* init = reverse ? p.d_ht : p.h0;
+  forEachPair<Mma>(cS, [&](int i, int d, int v) {
+    const float* s0 = init + stateOffset + int64_t(d) * DV + v;
+    acc(i) = init ? s0[0] : 0.f;
+    acc(i + 1) = init ? s0[1] : 0.f;
+  });
+
+  const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
+  auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
+  auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  auto loadChunk = [&](int c, int stage) {
+    const int64_t tok0 = bos + int64_t(c) * C;
+    const int rows = rowsOf(c);
+    loadTile<false, C, DK, kWarpgroupThreads>(tX, stage, x + tok0 * rowX + int64_t(h) * DK, rowX, rows);
+    loadTile<true, C, BV, kWarpgroupThreads>(tY, stage, y + tok0 * rowY + int64_t(h) * DV + v0, rowY,
+                                             rows);
+    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
+  };
+  if (numChunks > 0) loadChunk(chunkOf(0), 0);
+  copyCommit();
+
+  for (int i = 0; i < numChunks; ++i) {
+    const int stage = i & 1, c = chunkOf(i);
+    copyWait<0>();
+    fenceToAsyncProxy();
+    __syncthreads();
+    if (i + 1 < numChunks) loadChunk(chunkOf(i + 1), stage ^ 1);
+    copyCommit();
+    if constexpr (Decay::kActive) {
+      if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g[stage], p.g, rowsOf(c), h);
+    }
+    // The state at this point is S_c (forward) or dS_{c+1} (reverse).
+    T* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
+    forEachPair<Mma>(cS, [&](int e, int d, int v) {
+      *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(acc(e), acc(e + 1));
+    });
+    constexpr bool scaled = Decay::kActive || reverse;  // forward without decay multiplies by 1
+    if constexpr (scaled) {
+      if constexpr (Decay::kActive) __syncthreads();  // sm.b
+      const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
+      constexpr int kVecs = BV * C / 8;
+      static_assert(kVecs % kWarpgroupThreads == 0, "whole vectors per thread");
+      CUTE_UNROLL
+      for (int e = 0; e < kVecs / kWarpgroupThreads; ++e) {
+        const int idx = tid + e * kWarpgroupThreads;
+        const int t = idx / (BV / 8), v = (idx % (BV / 8)) * 8;
+        const float bt = Decay::kActive ? sm.b[t] : 0.f;
+        const float f = reverse ? p.scale * __expf(bt) : __expf(bLast - bt);
+        uint4 w = lds128(tY.at(v, t, stage));
+        uint32_t* words = reinterpret_cast<uint32_t*>(&w);
+        CUTE_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          const float2 pair = unpack2<T>(words[j]);
+          words[j] = pack2<T>(pair.x * f, pair.y * f);
+        }
+        sts128(tYs.at(v, t), w);
+      }
+      if constexpr (Decay::kActive) {
+        const float fLast = __expf(bLast);
+        CUTE_UNROLL
+        for (int e = 0; e < size(acc); ++e) acc(e) *= fLast;
+      }
+      fenceToAsyncProxy();
+      __syncthreads();
+    }
+    issue(acc);
+    if constexpr (scaled) gemm<false>(mma, fXt(_, _, _, stage), fYs, acc);
+    else gemm<false>(mma, fXt(_, _, _, stage), fY(_, _, _, stage), acc);
+    commitAndWait(acc);
+  }
+
+  if (kReverse && p.dh0) {
+    forEachPair<Mma>(cS, [&](int i, int d, int v) {
+      *reinterpret_cast<float2*>(p.dh0 + stateOffset + int64_t(d) * DV + v) =
+          make_float2(acc(i), acc(i + 1));
+    });
+  }
+}
+
+}  // namespace linac::kernels::cuda::hopper
