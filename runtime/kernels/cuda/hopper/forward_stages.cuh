@@ -8,6 +8,7 @@
 #include "delta_prepare.cuh"
 #include "state_output.cuh"
 
+#include <cstdlib>
 #include <string>
 
 namespace linac::kernels::cuda::hopper {
@@ -18,11 +19,38 @@ void setSmem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-template <class T, int DK, int BV, class Decay, bool kDelta>
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 auto stateOutputReady() {
-  auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta>;
-  setSmem(kernel, StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes);
+  auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta, kLate>;
+  setSmem(kernel, StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes);
   return kernel;
+}
+
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
+void launchStateOutputBlock(const ForwardParams& p, cudaStream_t stream) {
+  auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta, kLate>();
+  kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
+           StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
+}
+
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate>
+int residentPerSm() {
+  static const int blocks = [] {
+    int n = 0;
+    LINAC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, stateOutputReady<T, DK, BV, Decay, kDelta, kLate>(), kWarpgroupThreads,
+        StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes));
+    return n;
+  }();
+  return blocks;
+}
+
+/// Whether the opt-in single-stage q / w variant of the delta rule's state stage is asked for
+/// (LINAC_HOPPER_LATE=1; not yet run on an H200).
+inline bool lateLoadsRequested() {
+  const char* env = std::getenv("LINAC_HOPPER_LATE");
+  return env != nullptr && std::string(env) == "1";
 }
 
 /// The state stage with BV = 32 where every CTA of the smaller blocks is resident at once (two per
@@ -35,26 +63,19 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
     return count;
   }();
-  static const int residentNarrow = [] {
-    int blocks = 0;
-    LINAC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, stateOutputReady<T, DK, kNarrowValueBlock, Decay, kDelta>(), kWarpgroupThreads,
-        StateOutputTiles<T, DK, kNarrowValueBlock, kDelta>::kSmemBytes));
-    return blocks;
-  }();
-  const int64_t narrowCtas = int64_t(p.value_dim / kNarrowValueBlock) * p.heads * p.num_seqs;
-  if (narrowCtas <= int64_t(residentNarrow) * smCount) {
-    constexpr int BV = kNarrowValueBlock;
-    auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta>();
-    kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
-             StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes, stream>>>(p);
-  } else {
-    constexpr int BV = kValueBlock;
-    auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta>();
-    kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
-             StateOutputTiles<T, DK, BV, kDelta>::kSmemBytes, stream>>>(p);
+  constexpr int kNarrow = kNarrowValueBlock;
+  const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
+  if constexpr (kDelta) {
+    if (lateLoadsRequested() &&
+        narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {
+      launchStateOutputBlock<T, DK, kNarrow, Decay, true, true>(p, stream);
+      return;
+    }
   }
-  LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
+  if (narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, kDelta, false>()) * smCount)
+    launchStateOutputBlock<T, DK, kNarrow, Decay, kDelta>(p, stream);
+  else
+    launchStateOutputBlock<T, DK, kValueBlock, Decay, kDelta>(p, stream);
 }
 
 template <class T, int DK, int DV, class Decay>

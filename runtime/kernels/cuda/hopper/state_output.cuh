@@ -17,6 +17,8 @@
 // One warp per scheduler leaves every instruction's latency exposed, so the per-element work
 // between the products is kept to register math and 4- / 16-byte shared accesses at addresses
 // the swizzle folds into (SmemTile), and BV = 32 puts two CTAs on an SM where the grid allows.
+// kLate keeps one stage of q and w, which only the first batch reads, and copies the next
+// chunk's as soon as that batch is done: the delta rule's CTA then fits two per SM at BV = 32.
 #pragma once
 
 #include "chunk_decay.cuh"
@@ -25,10 +27,12 @@
 
 namespace linac::kernels::cuda::hopper {
 
-template <class T, int DK, int BV, bool kDelta>
+template <class T, int DK, int BV, bool kDelta, bool kLate = false>
 struct StateOutputTiles {
   static constexpr int C = kChunk;
-  using Qk = RowTile<T, C, DK, 2>;           // q, k, w: [t, d], two stages
+  static constexpr int kQwStages = kLate ? 1 : 2;
+  using Qw = RowTile<T, C, DK, kQwStages>;  // q, w: [t, d]
+  using Qk = RowTile<T, C, DK, 2>;           // k: [t, d], two stages
   using Kt = Transposed<Qk, C, DK, 2>;      // k as (d, t)
   using Xin = ColTile<T, BV, C, 2>;          // v or u: (v, t), two stages
   using X = ColTile<T, BV, C>;               // X, and X . exp(b_last - b): (v, t)
@@ -41,9 +45,9 @@ struct StateOutputTiles {
   using MmaKX = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>; // K^T X
 
   struct Smem {
-    alignas(1024) T q[cosize_v<Qk>];
+    alignas(1024) T q[cosize_v<Qw>];
     alignas(1024) T k[cosize_v<Qk>];
-    alignas(1024) T w[kDelta ? cosize_v<Qk> : 8];
+    alignas(1024) T w[kDelta ? cosize_v<Qw> : 8];
     alignas(1024) T xin[cosize_v<Xin>];
     alignas(1024) T x[cosize_v<X>];
     alignas(1024) T xs[cosize_v<X>];
@@ -55,10 +59,10 @@ struct StateOutputTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 };
 
-template <class T, int DK, int BV, class Decay, bool kDelta>
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     stateOutputKernel(const ForwardParams p) {
-  using Tiles = StateOutputTiles<T, DK, BV, kDelta>;
+  using Tiles = StateOutputTiles<T, DK, BV, kDelta, kLate>;
   using MmaQK = typename Tiles::MmaQK;
   using MmaQS = typename Tiles::MmaQS;
   using MmaKX = typename Tiles::MmaKX;
@@ -86,10 +90,10 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   const T* w = static_cast<const T*>(p.w);
   T* o = static_cast<T*>(p.o);
 
-  const auto tQ = smemTile(sm.q, typename Tiles::Qk{});     // (C, DK, 2)
+  const auto tQ = smemTile(sm.q, typename Tiles::Qw{});     // (C, DK, 1 or 2)
   const auto tK = smemTile(sm.k, typename Tiles::Qk{});     // (C, DK, 2)
   const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C, 2)
-  const auto tW = smemTile(sm.w, typename Tiles::Qk{});     // (C, DK, 2), delta
+  const auto tW = smemTile(sm.w, typename Tiles::Qw{});     // (C, DK, 1 or 2), delta
   const auto tXin = smemTile(sm.xin, typename Tiles::Xin{});  // (BV, C, 2)
   const auto tX = smemTile(sm.x, typename Tiles::X{});      // (BV, C)
   const auto tXs = smemTile(sm.xs, typename Tiles::X{});    // (BV, C)
@@ -142,29 +146,41 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   publishState();
 
   const int64_t rowQK = int64_t(H) * DK, rowV = int64_t(H) * DV;
-  auto loadChunk = [&](int c, int stage) {
+  auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  auto loadQw = [&](int c, int stage) {  // what only the first batch reads
+    const int64_t offQK = (bos + int64_t(c) * C) * rowQK + int64_t(h) * DK;
+    loadTile<false, C, DK, kWarpgroupThreads>(tQ, stage, q + offQK, rowQK, rowsOf(c));
+    if constexpr (kDelta)
+      loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + offQK, rowQK, rowsOf(c));
+  };
+  auto loadRest = [&](int c, int stage) {
     const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C);
-    const int64_t offQK = tok0 * rowQK + int64_t(h) * DK;
-    loadTile<false, C, DK, kWarpgroupThreads>(tQ, stage, q + offQK, rowQK, rows);
-    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + offQK, rowQK, rows);
-    if constexpr (kDelta) loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + offQK, rowQK, rows);
+    const int rows = rowsOf(c);
+    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + tok0 * rowQK + int64_t(h) * DK, rowQK,
+                                              rows);
     loadTile<true, C, BV, kWarpgroupThreads>(tXin, stage, xin + tok0 * rowV + int64_t(h) * DV + v0,
                                              rowV, rows);
     stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
   };
 
-  if (numChunks > 0) loadChunk(0, 0);
+  if (numChunks > 0) {
+    loadQw(0, 0);
+    loadRest(0, 0);
+  }
   copyCommit();
 
   for (int c = 0; c < numChunks; ++c) {
     const int stage = c & 1;
     const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C);
+    const int rows = rowsOf(c);
+    const int qwStage = kLate ? 0 : stage;
     copyWait<0>();
     fenceToAsyncProxy();  // this chunk's tiles and (from the last chunk) S, for the tensor cores
     __syncthreads();      // ... and every thread is done with the other stage
-    if (c + 1 < numChunks) loadChunk(c + 1, stage ^ 1);
+    if (c + 1 < numChunks) {
+      if constexpr (!kLate) loadQw(c + 1, stage ^ 1);
+      loadRest(c + 1, stage ^ 1);
+    }
     copyCommit();
     if constexpr (Decay::kActive) {
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g[stage], p.g, rows, h);
@@ -172,11 +188,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
 
     // Products that read S_c: Q K^T, Q S and (delta) W S.
     issue(accP, accO, accX);
-    gemm<true>(mmaQK, fQ_qk(_, _, _, stage), fK_qk(_, _, _, stage), accP);
-    gemm<true>(mmaQS, fQ_qs(_, _, _, stage), fS_qs, accO);
-    if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, stage), fS_qs, accX);
+    gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+    gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
+    if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
     commitAndWait(accP, accO, accX);
-    if constexpr (Decay::kActive) __syncthreads();  // sm.b written by warp 0
+    if constexpr (Decay::kActive || kLate) __syncthreads();  // sm.b; every read of q and w done
+    if constexpr (kLate) {
+      if (c + 1 < numChunks) loadQw(c + 1, 0);
+      copyCommit();
+    }
 
     const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
     forEachPair<MmaQS>(cO, [&](int i, int t, int) {
