@@ -8,9 +8,11 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--seed N]
+//                       [--hopper-late] [--seed N]
 //   --hopper-bwd  the backward cases run the opt-in Hopper backward (LINAC_HOPPER_BWD=1) where it
 //                 applies; the backward timings show it beside the default either way
+//   --hopper-late the forward cases run the opt-in late q / w loads of the delta rule's state
+//                 stage (LINAC_HOPPER_LATE=1); the forward timings show it beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 #include "cuda_check.h"
@@ -630,19 +632,20 @@ double withHopper(bool on, F&& f) {
 void bench() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
-      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.211},
-      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.212},
-      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.726},
-      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.911},
+      {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.488},
+      {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.397},
+      {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.714},
+      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.906},
       {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.528},
-      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.434},
+      {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.432},
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
-              "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: the\n"
-              "2026-12-03 same-GPU numbers at B8 T4096 H8 D128 (bench/NOTES.md)\n");
-  std::printf("%-30s %-18s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "mma.sync", "fla");
+              "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
+              "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
+  std::printf("('late': LINAC_HOPPER_LATE=1, the opt-in single-stage q / w delta-rule state stage)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "late", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       const int B = sh.B, T = sh.T, H = sh.H, D = sh.D;
@@ -660,10 +663,15 @@ void bench() {
       a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
       auto run = [&] { return medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); }); };
       const double ms = withHopper(true, run), old = withHopper(false, run);
+      const char* late = std::getenv("LINAC_HOPPER_LATE");
+      setenv("LINAC_HOPPER_LATE", "1", 1);
+      const double lateMs = withHopper(true, run);
+      if (late) setenv("LINAC_HOPPER_LATE", late, 1);
+      else unsetenv("LINAC_HOPPER_LATE");
       char dims[32];
       std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, D);
       const bool anchor = B == 8 && T == 4096 && H == 8 && D == 128;
-      std::printf("%-30s %-18s %10.3f %10.3f %10s\n", r.name, dims, ms, old,
+      std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", r.name, dims, ms, lateMs, old,
                   anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
   const int B = 8, T = 4096;
@@ -754,6 +762,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fwd-only")) { fwd_only = true; do_bwd = false; }
     else if (!std::strcmp(argv[i], "--bench-only")) bench_only = true;
     else if (!std::strcmp(argv[i], "--hopper-bwd")) setenv("LINAC_HOPPER_BWD", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-late")) setenv("LINAC_HOPPER_LATE", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
