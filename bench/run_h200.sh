@@ -17,9 +17,10 @@
 #   bash bench/run_h200.sh all [seconds]   both in one call (with a carried cache and short lists)
 #
 #   bash bench/run_h200.sh lab [seconds]
-#     the kernel lab built on another machine (tests/runtime/cuda/run_lab.sh with LAB_BUILD_ONLY=1;
-#     build-cuda/linac_cuda_lab carried): its cases (LAB_ARGS) while fla warms, then the lab's
-#     forward timings and fla's ops, each with the GPU alone
+#     the kernel lab (built on another machine with tests/runtime/cuda/run_lab.sh LAB_BUILD_ONLY=1
+#     and carried as build-cuda/linac_cuda_lab, else built in the call): its cases (LAB_ARGS, e.g.
+#     "--no-bench --hopper-bwd --hopper-late" for the opt-in Hopper paths) while fla warms, then
+#     the lab's timings and fla's ops, each with the GPU alone
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -154,7 +155,7 @@ keep_winners() {
   ls -la "$OUT/triton-cache.tgz"
 }
 
-# The kernel lab built elsewhere (LAB_PREBUILT: build-cuda/linac_cuda_lab carried): its cases
+# The kernel lab (carried as build-cuda/linac_cuda_lab, or built here when absent): its cases
 # (LAB_ARGS, default the forward cases) while fla's ops warm Triton's cache (light GPU use beside
 # the autotuning), then, with the GPU to each alone, the lab's timings and fla's ops (one process).
 lab() {
@@ -163,12 +164,13 @@ lab() {
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  LAB_PREBUILT=${LAB_PREBUILT:-1} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 420 \
+  local prebuilt=0; [ -x build-cuda/linac_cuda_lab ] && prebuilt=1  # else built here, 16 jobs
+  LAB_PREBUILT=${LAB_PREBUILT:-$prebuilt} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
     bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} > "$OUT/lab.log" 2>&1
   echo "lab rc=$? ($((SECONDS - start)) s)"
   grep -E "FAIL|error|ALL PASS" "$OUT/lab.log" | head -30
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
-  phase 150 ./build-cuda/linac_cuda_lab --bench-only --no-bwd > "$OUT/lab_bench.log" 2>&1
+  phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS:---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
   [ -z "$warm_pid" ] && return 0
