@@ -8,11 +8,13 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--hopper-late] [--seed N]
+//                       [--hopper-late] [--hopper-diag] [--seed N]
 //   --hopper-bwd  the backward cases run the opt-in Hopper backward (LINAC_HOPPER_BWD=1) where it
 //                 applies; the backward timings show it beside the default either way
 //   --hopper-late the forward cases run the opt-in late q / w loads of the delta rule's state
-//                 stage (LINAC_HOPPER_LATE=1); the forward timings show it beside the default
+//                 stage (LINAC_HOPPER_LATE=1)
+//   --hopper-diag the forward cases of a diagonal decay run the opt-in Hopper stages
+//                 (LINAC_HOPPER_DIAG=1); the forward timings show both opt-ins beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 #include "cuda_check.h"
@@ -629,6 +631,27 @@ double withHopper(bool on, F&& f) {
   return ms;
 }
 
+/// Runs f with the opt-in Hopper forward paths on (LINAC_HOPPER_LATE=1, LINAC_HOPPER_DIAG=1), then
+/// restores the environment.
+template <class F>
+double withOptIns(F&& f) {
+  const char* names[] = {"LINAC_HOPPER_LATE", "LINAC_HOPPER_DIAG"};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* v = std::getenv(names[i]);
+    had[i] = v != nullptr;
+    if (had[i]) saved[i] = v;
+    setenv(names[i], "1", 1);
+  }
+  const double ms = f();
+  for (int i = 0; i < 2; ++i) {
+    if (had[i]) setenv(names[i], saved[i].c_str(), 1);
+    else unsetenv(names[i]);
+  }
+  return ms;
+}
+
 void bench() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
@@ -644,8 +667,8 @@ void bench() {
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
-  std::printf("('late': LINAC_HOPPER_LATE=1, the opt-in single-stage q / w delta-rule state stage)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "late", "mma.sync", "fla");
+  std::printf("('opt-in': LINAC_HOPPER_LATE=1 LINAC_HOPPER_DIAG=1, the Hopper paths not yet default)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "opt-in", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       const int B = sh.B, T = sh.T, H = sh.H, D = sh.D;
@@ -663,11 +686,7 @@ void bench() {
       a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
       auto run = [&] { return medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); }); };
       const double ms = withHopper(true, run), old = withHopper(false, run);
-      const char* late = std::getenv("LINAC_HOPPER_LATE");
-      setenv("LINAC_HOPPER_LATE", "1", 1);
-      const double lateMs = withHopper(true, run);
-      if (late) setenv("LINAC_HOPPER_LATE", late, 1);
-      else unsetenv("LINAC_HOPPER_LATE");
+      const double lateMs = withOptIns(run);
       char dims[32];
       std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, D);
       const bool anchor = B == 8 && T == 4096 && H == 8 && D == 128;
@@ -763,6 +782,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bench-only")) bench_only = true;
     else if (!std::strcmp(argv[i], "--hopper-bwd")) setenv("LINAC_HOPPER_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-late")) setenv("LINAC_HOPPER_LATE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);

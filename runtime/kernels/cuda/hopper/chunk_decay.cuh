@@ -8,6 +8,7 @@
 //   FixedDecay   g [H]: b_t = (t + 1) g_h
 //   ScalarDecay  g [B, T, H]: staged per chunk into shared memory by cp.async, then summed by one
 //                warp (two tokens per lane).
+//   PrecomputedDiagonal  g [B, T, H, dk], applied by diagonal_prepare.cuh before the state stage.
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -31,6 +32,13 @@ struct FixedDecay {
 struct ScalarDecay {
   static constexpr bool kActive = true;
   static constexpr DecayClass kClass = DecayClass::Scalar;
+};
+
+/// A diagonal (per key channel) decay whose factors diagonal_prepare.cuh has already applied to the
+/// queries, the keys and the chunk's attention matrix: the state stage only scales its state rows.
+struct PrecomputedDiagonal {
+  static constexpr bool kActive = false;
+  static constexpr DecayClass kClass = DecayClass::Diagonal;
 };
 
 /// Starts copying the chunk's per-token log-decays g[tok0 .. tok0 + rows) of head h into sG[0, C)

@@ -16,6 +16,8 @@ namespace linac::kernels::cuda::hopper {
 
 template <class T, int DK, class Decay>
 void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream);
+template <class T, int DK, bool kExclusive>
+void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -41,7 +43,13 @@ void runDecay(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens
     case DecayClass::None: runStages<T, DK, NoDecay>(delta, p, tokens, slots, stream); break;
     case DecayClass::Fixed: runStages<T, DK, FixedDecay>(delta, p, tokens, slots, stream); break;
     case DecayClass::Scalar: runStages<T, DK, ScalarDecay>(delta, p, tokens, slots, stream); break;
-    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: diagonal decay");
+    case DecayClass::Diagonal:
+      LINAC_REQUIRE(!delta, "hopper forward: the delta rule with a diagonal decay");
+      if (kind.readout == Readout::ExclusiveBonus)
+        runDiagonalStages<T, DK, true>(p, tokens, slots, stream);
+      else
+        runDiagonalStages<T, DK, false>(p, tokens, slots, stream);
+      break;
   }
 }
 
@@ -52,12 +60,21 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
   else runDecay<T, 128>(kind, p, tokens, slots, stream);
 }
 
+/// The diagonal decay's stages are opt-in (LINAC_HOPPER_DIAG=1) until they have run on an H200.
+bool diagonalRequested() {
+  const char* env = std::getenv("LINAC_HOPPER_DIAG");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace
 
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
-  if (dtype == DType::F32 || kind.decay == DecayClass::Diagonal ||
-      kind.readout != Readout::Inclusive)
+  if (dtype == DType::F32) return false;
+  if (kind.decay == DecayClass::Diagonal) {
+    if (kind.update != UpdateRule::Additive || !diagonalRequested()) return false;
+  } else if (kind.readout != Readout::Inclusive) {
     return false;
+  }
   if (s.key_dim != 64 && s.key_dim != 128) return false;
   if (s.value_dim % kValueBlock != 0) return false;
   if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
@@ -77,6 +94,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.v = a.v;
   p.g = a.g;
   p.beta = a.beta;
+  p.bonus = a.u;
   p.h0 = a.h0;
   p.o = a.o;
   p.ht = a.ht;

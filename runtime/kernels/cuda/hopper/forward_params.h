@@ -19,6 +19,11 @@ struct ForwardParams {
   const float* beta;     // [B, T, H] (delta)
   const void* w;         // [B, T, H, dk] (delta) W = T (K . exp(b)), written by the preparation
   const void* u;         // [B, T, H, dv] (delta) U = T V, written by the preparation
+  const float* bonus;    // [H, dk] (exclusive readout) RWKV-6's u
+  const void* qd;        // [B, T, H, dk] (diagonal) scale q . exp(bq), diagonal_prepare.cuh
+  const void* kd;        // [B, T, H, dk] (diagonal) k . exp(b_last - b)
+  const void* pd;        // [slots, H, C, C] (diagonal) the chunk's decayed, masked, scaled Q K^T
+  const float* decay;    // [slots, H, dk] (diagonal) exp(b_last) per key channel
   const float* h0;       // [N, H, dk, dv] or null
   void* o;               // [B, T, H, dv]
   float* ht;             // [N, H, dk, dv] or null

@@ -2,10 +2,12 @@
 // forward_<dtype>_k<dk>.cu files instantiate them so the instantiations compile in parallel.
 //   additive: stateOutputKernel
 //   delta:    deltaPrepareKernel (W, U into a cudaMallocAsync workspace), then stateOutputKernel
+//   diagonal: diagonalPrepareKernel (qd, kd, P, decay into a workspace), then stateOutputKernel
 #pragma once
 
 #include "../cuda_check.h"
 #include "delta_prepare.cuh"
+#include "diagonal_prepare.cuh"
 #include "state_output.cuh"
 
 #include <cstdlib>
@@ -119,6 +121,32 @@ void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaS
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
+/// The additive rule with a diagonal decay (opt-in, hopper_forward.h): the per-channel factors once
+/// per chunk and head, then the state stage on them.
+template <class T, int DK, bool kExclusive>
+void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream) {
+  constexpr int C = kChunk;
+  const size_t keyBytes = size_t(tokens) * p.heads * DK * sizeof(T);
+  const size_t pBytes = size_t(slots) * p.heads * C * C * sizeof(T);
+  const size_t decayBytes = size_t(slots) * p.heads * DK * sizeof(float);
+  uint8_t* ws = nullptr;
+  LINAC_CUDA_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&ws), 2 * keyBytes + pBytes + decayBytes, stream));
+  const DiagonalOutputs out{ws, ws + keyBytes, ws + 2 * keyBytes,
+                            reinterpret_cast<float*>(ws + 2 * keyBytes + pBytes)};
+  p.qd = out.qd;
+  p.kd = out.kd;
+  p.pd = out.p;
+  p.decay = out.decay;
+  auto prepare = diagonalPrepareKernel<T, DK, kExclusive>;
+  constexpr size_t bytes = sizeof(DiagonalPrepareSmem<T, DK>);
+  setSmem(prepare, bytes);
+  prepare<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::diagonalPrepareKernel");
+  launchStateOutput<T, DK, PrecomputedDiagonal, false>(p, stream);
+  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
 /// Whether this build carries sm_90a machine code for the stages (an sm_80-only build, or a
 /// Hopper device running PTX compiled for an older target, does not).
 template <class T, int DK>
@@ -141,4 +169,6 @@ bool hasHopperCode() {
                                              cudaStream_t);                                     \
   template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, int64_t, int64_t,            \
                                               cudaStream_t);                                    \
+  template void runDiagonalStages<T, DK, false>(ForwardParams, int64_t, int64_t, cudaStream_t); \
+  template void runDiagonalStages<T, DK, true>(ForwardParams, int64_t, int64_t, cudaStream_t);  \
   template bool hasHopperCode<T, DK>();

@@ -27,7 +27,7 @@
 
 namespace linac::kernels::cuda::hopper {
 
-template <class T, int DK, int BV, bool kDelta, bool kLate = false>
+template <class T, int DK, int BV, bool kDelta, bool kLate = false, bool kDiag = false>
 struct StateOutputTiles {
   static constexpr int C = kChunk;
   static constexpr int kQwStages = kLate ? 1 : 2;
@@ -37,7 +37,7 @@ struct StateOutputTiles {
   using Xin = ColTile<T, BV, C, 2>;          // v or u: (v, t), two stages
   using X = ColTile<T, BV, C>;               // X, and X . exp(b_last - b): (v, t)
   using S = ColTile<T, BV, DK>;              // S: (v, d)
-  using P = RowTile<T, C, C>;                // [t, s]
+  using P = RowTile<T, C, C, kDiag ? 2 : 1>;  // [t, s]; loaded per chunk (two stages) when kDiag
 
   using MmaQK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;    // Q K^T
   using MmaQS = WarpgroupMma<T, C, BV, DK, GMMA::Major::K, GMMA::Major::MN>;  // Q S, W S
@@ -55,6 +55,7 @@ struct StateOutputTiles {
     alignas(1024) T p[cosize_v<P>];
     float g[2][C];
     float b[C];
+    alignas(16) float decay[kDiag ? 2 : 1][kDiag ? DK : 4];  // exp(b_last) per channel
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 };
@@ -62,7 +63,11 @@ struct StateOutputTiles {
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     stateOutputKernel(const ForwardParams p) {
-  using Tiles = StateOutputTiles<T, DK, BV, kDelta, kLate>;
+  // A diagonal decay arrives applied (diagonal_prepare.cuh): q and k are qd and kd, P is loaded
+  // instead of computed, and the state's rows are scaled by exp(b_last) per channel.
+  constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
+  static_assert(!(kDiag && kDelta), "the delta rule with a diagonal decay has no Hopper stage yet");
+  using Tiles = StateOutputTiles<T, DK, BV, kDelta, kLate, kDiag>;
   using MmaQK = typename Tiles::MmaQK;
   using MmaQS = typename Tiles::MmaQS;
   using MmaKX = typename Tiles::MmaKX;
@@ -84,8 +89,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   }
   const int numChunks = int((len + C - 1) / C);
 
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
+  const T* q = static_cast<const T*>(kDiag ? p.qd : p.q);
+  const T* k = static_cast<const T*>(kDiag ? p.kd : p.k);
+  const int64_t slot0 = p.cu_seqlens ? bos / C + n : int64_t(n) * p.chunks_per_seq;
   const T* xin = static_cast<const T*>(kDelta ? p.u : p.v);  // [B, T, H, dv]
   const T* w = static_cast<const T*>(p.w);
   T* o = static_cast<T*>(p.o);
@@ -98,7 +104,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   const auto tX = smemTile(sm.x, typename Tiles::X{});      // (BV, C)
   const auto tXs = smemTile(sm.xs, typename Tiles::X{});    // (BV, C)
   const auto tS = smemTile(sm.s, typename Tiles::S{});      // (BV, DK)
-  const auto tP = smemTile(sm.p, typename Tiles::P{});      // (C, C)
+  const auto tP = smemTile(sm.p, typename Tiles::P{});      // (C, C, 1 or 2)
 
   MmaQK mmaQK;
   MmaQS mmaQS;
@@ -113,7 +119,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   Tensor fQ_qs = thrQS.partition_fragment_A(tQ.tensor());
   Tensor fW_qs = thrQS.partition_fragment_A(tW.tensor());
   Tensor fS_qs = thrQS.partition_fragment_B(tS.tensor()(_, _, 0));
-  Tensor fP_px = thrPX.partition_fragment_A(tP.tensor()(_, _, 0));
+  Tensor fP_px = thrPX.partition_fragment_A(tP.tensor());  // (MMA, M, K, stage)
   Tensor fXin_px = thrPX.partition_fragment_B(tXin.tensor());
   Tensor fX_px = thrPX.partition_fragment_B(tX.tensor()(_, _, 0));
   Tensor fKt_kx = thrKX.partition_fragment_A(tKt.tensor());
@@ -161,6 +167,13 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     loadTile<true, C, BV, kWarpgroupThreads>(tXin, stage, xin + tok0 * rowV + int64_t(h) * DV + v0,
                                              rowV, rows);
     stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
+    if constexpr (kDiag) {
+      const int64_t slot = (slot0 + c) * H + h;
+      loadTile<false, C, C, kWarpgroupThreads>(tP, stage, static_cast<const T*>(p.pd) + slot * C * C,
+                                               C, C);
+      if (tid < DK / 4) copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.decay[stage][4 * tid])),
+                               p.decay + slot * DK + 4 * tid, true);
+    }
   };
 
   if (numChunks > 0) {
@@ -188,7 +201,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
 
     // Products that read S_c: Q K^T, Q S and (delta) W S.
     issue(accP, accO, accX);
-    gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+    if constexpr (!kDiag) gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
     gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
     if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
     commitAndWait(accP, accO, accX);
@@ -199,12 +212,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     }
 
     const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
-    forEachPair<MmaQS>(cO, [&](int i, int t, int) {
-      const float f = Decay::kActive ? p.scale * __expf(sm.b[t]) : p.scale;
-      accO(i) *= f;
-      accO(i + 1) *= f;
-    });
-    forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
+    if constexpr (!kDiag) {  // (qd carries the scale and the decay)
+      forEachPair<MmaQS>(cO, [&](int i, int t, int) {
+        const float f = Decay::kActive ? p.scale * __expf(sm.b[t]) : p.scale;
+        accO(i) *= f;
+        accO(i + 1) *= f;
+      });
+    }
+    if constexpr (!kDiag) forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
       // exp(b_t - b_s) only where s <= t: above the diagonal it can overflow (strong gates), and
       // 0 * inf would be NaN.
       float f0 = p.scale, f1 = p.scale;
@@ -249,13 +264,21 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
       CUTE_UNROLL
       for (int i = 0; i < size(accS); ++i) accS(i) *= fLast;
     }
+    if constexpr (kDiag) {
+      forEachPair<MmaKX>(cS, [&](int i, int d, int) {
+        const float f = sm.decay[stage][d];
+        accS(i) *= f;
+        accS(i + 1) *= f;
+      });
+    }
     fenceToAsyncProxy();
     __syncthreads();
 
     // Products that finish the chunk: O += P X, S += K^T X_decayed.
     issue(accO, accS);
-    if constexpr (kDelta) gemm<false>(mmaPX, fP_px, fX_px, accO);
-    else gemm<false>(mmaPX, fP_px, fXin_px(_, _, _, stage), accO);
+    const int pStage = kDiag ? stage : 0;
+    if constexpr (kDelta) gemm<false>(mmaPX, fP_px(_, _, _, pStage), fX_px, accO);
+    else gemm<false>(mmaPX, fP_px(_, _, _, pStage), fXin_px(_, _, _, stage), accO);
     if constexpr (Decay::kActive) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXs_kx, accS);
     else if constexpr (kDelta) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fX_kx, accS);
     else gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXin_kx(_, _, _, stage), accS);
