@@ -20,7 +20,8 @@
 #     the kernel lab (built on another machine with tests/runtime/cuda/run_lab.sh LAB_BUILD_ONLY=1
 #     and carried as build-cuda/linac_cuda_lab, else built in the call): its cases (LAB_ARGS, e.g.
 #     "--no-bench --hopper-bwd --hopper-late" for the opt-in Hopper paths) while fla warms, then
-#     the lab's timings and fla's ops, each with the GPU alone
+#     the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
+#     the timings (a call that builds and checks, then one that times on the still-warm machine).
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -165,11 +166,15 @@ lab() {
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   local prebuilt=0; [ -x build-cuda/linac_cuda_lab ] && prebuilt=1  # else built here, 16 jobs
-  LAB_PREBUILT=${LAB_PREBUILT:-$prebuilt} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
-    bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} > "$OUT/lab.log" 2>&1
-  echo "lab rc=$? ($((SECONDS - start)) s)"
-  grep -E "FAIL|error|ALL PASS" "$OUT/lab.log" | head -30
+  if [ "${CASES:-1}" = 1 ]; then
+    LAB_PREBUILT=${LAB_PREBUILT:-$prebuilt} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
+      bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} > "$OUT/lab.log" 2>&1
+    echo "lab rc=$? ($((SECONDS - start)) s)"
+    grep -E "FAIL|error|ALL PASS|build took" "$OUT/lab.log" | head -30
+    cp /tmp/linac-lab/ptxas.log /tmp/linac-lab/sass.log "$OUT/" 2>/dev/null
+  fi
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
+  [ "${TIMINGS:-1}" = 1 ] || return 0
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS:---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
