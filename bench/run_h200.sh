@@ -175,7 +175,7 @@ lab() {
   fi
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
   [ "${TIMINGS:-1}" = 1 ] || return 0
-  phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS:---no-bwd} > "$OUT/lab_bench.log" 2>&1
+  phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
   [ -z "$warm_pid" ] && return 0

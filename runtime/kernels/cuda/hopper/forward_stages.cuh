@@ -24,7 +24,7 @@ void setSmem(Kernel kernel, size_t bytes) {
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 auto stateOutputReady() {
   auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta, kLate>;
-  setSmem(kernel, StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes);
+  setSmem(kernel, StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes);
   return kernel;
 }
 
@@ -32,7 +32,7 @@ template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 void launchStateOutputBlock(const ForwardParams& p, cudaStream_t stream) {
   auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta, kLate>();
   kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
-           StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes, stream>>>(p);
+           StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
 }
 
@@ -42,7 +42,7 @@ int residentPerSm() {
     int n = 0;
     LINAC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &n, stateOutputReady<T, DK, BV, Decay, kDelta, kLate>(), kWarpgroupThreads,
-        StateOutputTiles<T, DK, BV, kDelta, kLate>::kSmemBytes));
+        StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes));
     return n;
   }();
   return blocks;

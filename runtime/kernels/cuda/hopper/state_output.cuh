@@ -60,6 +60,13 @@ struct StateOutputTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 };
 
+/// The tiles of the state stage for a decay class: a diagonal decay arrives applied
+/// (diagonal_prepare.cuh) and stages P and the per-channel decay per chunk. Kernel and launch both
+/// size shared memory through this alias.
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
+using StateOutputTilesFor =
+    StateOutputTiles<T, DK, BV, kDelta, kLate, Decay::kClass == DecayClass::Diagonal>;
+
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     stateOutputKernel(const ForwardParams p) {
@@ -67,7 +74,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   // instead of computed, and the state's rows are scaled by exp(b_last) per channel.
   constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
   static_assert(!(kDiag && kDelta), "the delta rule with a diagonal decay has no Hopper stage yet");
-  using Tiles = StateOutputTiles<T, DK, BV, kDelta, kLate, kDiag>;
+  using Tiles = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>;
   using MmaQK = typename Tiles::MmaQK;
   using MmaQS = typename Tiles::MmaQS;
   using MmaKX = typename Tiles::MmaKX;
