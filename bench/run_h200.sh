@@ -21,7 +21,8 @@
 #     and carried as build-cuda/linac_cuda_lab, else built in the call): its cases (LAB_ARGS, e.g.
 #     "--no-bench --hopper-bwd --hopper-late" for the opt-in Hopper paths) while fla warms, then
 #     the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
-#     the timings (a call that builds and checks, then one that times on the still-warm machine).
+#     the timings (a call that builds and checks, then one that times on the still-warm machine);
+#     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab()).
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -174,6 +175,18 @@ lab() {
     cp /tmp/linac-lab/ptxas.log /tmp/linac-lab/sass.log "$OUT/" 2>/dev/null
   fi
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
+  # PROFILE="ROW:REGEX ..." profiles the first two kernels matching REGEX in the lab's timing row
+  # ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the GPU otherwise idle.
+  local item
+  for item in ${PROFILE:-}; do
+    phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count 2 --section SpeedOfLight \
+      --section Occupancy --section WarpStateStats --section LaunchStats \
+      ./build-cuda/linac_cuda_lab --bench-only --no-bwd --bench-rows "${item%%:*}" \
+      > "$OUT/ncu_${item%%:*}.txt" 2>&1
+    echo "ncu ${item%%:*} rc=$? ($((SECONDS - start)) s)"
+    grep -E "^  [a-zA-Z].*Kernel|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput" \
+      "$OUT/ncu_${item%%:*}.txt" | head -16
+  done
   [ "${TIMINGS:-1}" = 1 ] || return 0
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"

@@ -8,7 +8,7 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--hopper-late] [--hopper-diag] [--seed N]
+//                       [--hopper-late] [--hopper-diag] [--bench-rows TEXT] [--seed N]
 //   --hopper-bwd  the backward cases run the opt-in Hopper backward (LINAC_HOPPER_BWD=1) where it
 //                 applies; the backward timings show it beside the default either way
 //   --hopper-late the forward cases run the opt-in late q / w loads of the delta rule's state
@@ -17,6 +17,8 @@
 //                 (LINAC_HOPPER_DIAG=1); the forward timings show both opt-ins beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
+//   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
+//                 (B8 T4096 H8 D128): a short run for a profiler to attach to
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
@@ -652,6 +654,11 @@ double withOptIns(F&& f) {
   return ms;
 }
 
+/// The timing rows to run: all, or (--bench-rows TEXT) those whose name contains TEXT, at the
+/// first shape only.
+const char* benchRows = nullptr;
+bool benchRow(const char* name) { return benchRows == nullptr || std::strstr(name, benchRows) != nullptr; }
+
 void bench() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
   const Row rows[] = {
@@ -671,6 +678,7 @@ void bench() {
   std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "opt-in", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
+      if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
       const int B = sh.B, T = sh.T, H = sh.H, D = sh.D;
       Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
       const size_t tok = size_t(B) * T * H;
@@ -694,7 +702,7 @@ void bench() {
                   anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
   const int B = 8, T = 4096;
-  {  // HGRN scan, d = 1024
+  if (benchRow("HGRN scan")) {  // HGRN scan, d = 1024
     const int Dh = 1024;
     const size_t n = size_t(B) * T * Dh;
     std::vector<float> x(n), g(n);
@@ -729,6 +737,7 @@ void benchBackward() {
   std::printf("(hopper bwd: LINAC_HOPPER_BWD=1, the opt-in wgmma backward where it applies)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
   for (const auto& r : rows) {
+    if (!benchRow(r.name)) continue;
     Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
     std::vector<float> dof(tok * D);
@@ -785,6 +794,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
+    else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
   }
   int ndev = 0;

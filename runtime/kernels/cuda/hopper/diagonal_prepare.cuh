@@ -1,5 +1,5 @@
 // Hopper forward, preparation stage of a diagonal (per key channel) decay with the additive rule
-// (GLA, HGRN-2, RWKV-6): chunk-parallel, one CTA (one warpgroup) per (chunk slot, head). Everything
+// (GLA, HGRN-2, RWKV-6): chunk-parallel, one CTA of eight warps per (chunk slot, head). Everything
 // the per-channel decay changes is computed here once per chunk and head, so that the state stage
 // (state_output.cuh, kDiagonal) runs the plain products for every block of value columns.
 //
@@ -32,24 +32,30 @@ struct DiagonalOutputs {
   float* decay;  // [slots, H, dk]
 };
 
+// Two CTAs of eight warps per SM: every loop below is a chain of shared-memory loads and
+// exponentials, and four warps per scheduler hide each other's latency where one could not.
+constexpr int kDiagonalPrepareThreads = 256;
+
 template <class T, int DK>
 struct DiagonalPrepareSmem {
   static constexpr int C = kChunk;
   static constexpr int kBlock = 16;        // token block of the factorisation
   static constexpr int kLdH = DK + 8;      // 16-bit rows, 16-byte aligned
-  static constexpr int kLdF = DK + 1;      // fp32 rows read by column
+  static constexpr int kLdB = DK + 4;      // fp32 rows of b, 16-byte aligned (cp.async)
+  static constexpr int kLdX = DK + 1;      // fp32 rows of x, read by column
   T q[C * kLdH];
   T k[C * kLdH];
-  float b[C * kLdF];                       // g, then its in-chunk cumsum
-  float x[C * kLdF];                       // scaled rows of one block row: A rows, then B rows
+  float b[C * kLdB];                       // g, then its in-chunk cumsum
+  float x[C * kLdX];                       // scaled rows of one block row: A rows, then B rows
   float u[DK];
 };
 
 template <class T, int DK, bool kExclusive>
-__global__ void __launch_bounds__(kWarpgroupThreads, 2)
+__global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
     diagonalPrepareKernel(const ForwardParams p, const DiagonalOutputs out) {
   using Smem = DiagonalPrepareSmem<T, DK>;
-  constexpr int C = Smem::C, NB = Smem::kBlock, LdH = Smem::kLdH, LdF = Smem::kLdF;
+  constexpr int C = Smem::C, NB = Smem::kBlock, LdH = Smem::kLdH, LdB = Smem::kLdB,
+                LdX = Smem::kLdX, kThreads = kDiagonalPrepareThreads;
   static_assert(DK % 8 == 0 && C % NB == 0, "shapes");
   extern __shared__ __align__(16) uint8_t smemRaw[];
   auto& sm = *reinterpret_cast<Smem*>(smemRaw);
@@ -65,36 +71,31 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   const T* k = static_cast<const T*>(p.k) + tok0 * rowK + int64_t(h) * DK;
   const float* g = p.g + tok0 * rowK + int64_t(h) * DK;  // [B, T, H, dk]
 
-  // Loads: q, k (16-bit, 16-byte vectors), g (fp32, 4-float vectors), u; zeros past the end.
-  for (int i = tid; i < C * DK / 8; i += kWarpgroupThreads) {
+  // Loads, all in flight at once (16-byte cp.async): q, k (16-bit), g (fp32); zeros past the end.
+  const auto smem = [](const void* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); };
+  for (int i = tid; i < C * DK / 8; i += kThreads) {
     const int t = i / (DK / 8), c = (i % (DK / 8)) * 8;
-    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
-    if (t < rows) {
-      qv = *reinterpret_cast<const uint4*>(q + t * rowK + c);
-      kv = *reinterpret_cast<const uint4*>(k + t * rowK + c);
-    }
-    *reinterpret_cast<uint4*>(&sm.q[t * LdH + c]) = qv;
-    *reinterpret_cast<uint4*>(&sm.k[t * LdH + c]) = kv;
+    const bool valid = t < rows;
+    const int64_t off = valid ? t * rowK + c : 0;
+    copy16(smem(&sm.q[t * LdH + c]), q + off, valid);
+    copy16(smem(&sm.k[t * LdH + c]), k + off, valid);
   }
-  for (int i = tid; i < C * DK / 4; i += kWarpgroupThreads) {
+  for (int i = tid; i < C * DK / 4; i += kThreads) {
     const int t = i / (DK / 4), c = (i % (DK / 4)) * 4;
-    const float4 gv = t < rows ? *reinterpret_cast<const float4*>(g + t * rowK + c)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-    float* dst = &sm.b[t * LdF + c];
-    dst[0] = gv.x;
-    dst[1] = gv.y;
-    dst[2] = gv.z;
-    dst[3] = gv.w;
+    const bool valid = t < rows;
+    copy16(smem(&sm.b[t * LdB + c]), g + (valid ? t * rowK + c : 0), valid);
   }
+  copyCommit();
   if constexpr (kExclusive) {
-    for (int c = tid; c < DK; c += kWarpgroupThreads) sm.u[c] = p.bonus[int64_t(h) * DK + c];
+    for (int c = tid; c < DK; c += kThreads) sm.u[c] = p.bonus[int64_t(h) * DK + c];
   }
+  copyWait<0>();
   __syncthreads();
-  for (int c = tid; c < DK; c += kWarpgroupThreads) {  // b: cumsum along t, one channel a thread
+  for (int c = tid; c < DK; c += kThreads) {  // b: cumsum along t, one channel a thread
     float run = 0.f;
     for (int t = 0; t < C; ++t) {
-      run += sm.b[t * LdF + c];
-      sm.b[t * LdF + c] = run;
+      run += sm.b[t * LdB + c];
+      sm.b[t * LdB + c] = run;
     }
   }
   __syncthreads();
@@ -102,16 +103,16 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   auto qf = [&](int t, int c) { return float(sm.q[t * LdH + c]); };
   auto kf = [&](int t, int c) { return float(sm.k[t * LdH + c]); };
   auto bq = [&](int t, int c) {
-    if constexpr (kExclusive) return t > 0 ? sm.b[(t - 1) * LdF + c] : 0.f;
-    else return sm.b[t * LdF + c];
+    if constexpr (kExclusive) return t > 0 ? sm.b[(t - 1) * LdB + c] : 0.f;
+    else return sm.b[t * LdB + c];
   };
-  auto bAt = [&](int t, int c) { return sm.b[t * LdF + c]; };
+  auto bAt = [&](int t, int c) { return sm.b[t * LdB + c]; };
 
   // qd, kd, decay.
   {
     T* qd = static_cast<T*>(out.qd) + tok0 * rowK + int64_t(h) * DK;
     T* kd = static_cast<T*>(out.kd) + tok0 * rowK + int64_t(h) * DK;
-    for (int i = tid; i < rows * DK / 2; i += kWarpgroupThreads) {
+    for (int i = tid; i < rows * DK / 2; i += kThreads) {
       const int t = i / (DK / 2), c = (i % (DK / 2)) * 2;
       const float q0 = p.scale * qf(t, c) * __expf(bq(t, c));
       const float q1 = p.scale * qf(t, c + 1) * __expf(bq(t, c + 1));
@@ -120,14 +121,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       *reinterpret_cast<uint32_t*>(qd + t * rowK + c) = pack2<T>(q0, q1);
       *reinterpret_cast<uint32_t*>(kd + t * rowK + c) = pack2<T>(k0, k1);
     }
-    for (int c = tid; c < DK; c += kWarpgroupThreads)
+    for (int c = tid; c < DK; c += kThreads)
       out.decay[(slot * H + h) * DK + c] = __expf(bAt(C - 1, c));
   }
 
   T* P = static_cast<T*>(out.p) + (slot * H + h) * int64_t(C) * C;  // [C, C]
   // Zeros above the diagonal: blocks right of it, and the 2 x 2 tiles right of the diagonal tiles
   // inside the diagonal blocks (the elementwise pass below writes the tiles on and under it).
-  for (int i = tid; i < C * C / 2; i += kWarpgroupThreads) {
+  for (int i = tid; i < C * C / 2; i += kThreads) {
     const int t = i / (C / 2), s = (i % (C / 2)) * 2;
     const bool above = s / NB > t / NB || (s / NB == t / NB && (s % NB) / 2 > (t % NB) / 2);
     if (above) *reinterpret_cast<uint32_t*>(P + t * C + s) = 0u;
@@ -139,20 +140,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   for (int bi = 1; bi < C / NB; ++bi) {
     const int ref = bi * NB - 1, keys = bi * NB;
     __syncthreads();  // the previous block row's x is consumed
-    for (int i = tid; i < (NB + keys) * DK; i += kWarpgroupThreads) {
+    for (int i = tid; i < (NB + keys) * DK; i += kThreads) {
       const int r = i / DK, c = i % DK;
       const float rc = bAt(ref, c);
-      sm.x[r * LdF + c] = r < NB ? qf(bi * NB + r, c) * __expf(bq(bi * NB + r, c) - rc)
+      sm.x[r * LdX + c] = r < NB ? qf(bi * NB + r, c) * __expf(bq(bi * NB + r, c) - rc)
                                  : kf(r - NB, c) * __expf(rc - bAt(r - NB, c));
     }
     __syncthreads();
     // 2 x 2 output tiles: NB / 2 x keys / 2 of them.
-    for (int tile = tid; tile < (NB / 2) * (keys / 2); tile += kWarpgroupThreads) {
+    for (int tile = tid; tile < (NB / 2) * (keys / 2); tile += kThreads) {
       const int ta = tile / (keys / 2), tb = tile % (keys / 2);
-      const float* a0 = &sm.x[(2 * ta) * LdF];
-      const float* a1 = a0 + LdF;
-      const float* b0 = &sm.x[(NB + 2 * tb) * LdF];
-      const float* b1 = b0 + LdF;
+      const float* a0 = &sm.x[(2 * ta) * LdX];
+      const float* a1 = a0 + LdX;
+      const float* b0 = &sm.x[(NB + 2 * tb) * LdX];
+      const float* b1 = b0 + LdX;
       float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
 #pragma unroll 8
       for (int c = 0; c < DK; ++c) {
@@ -169,13 +170,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   }
 
   // Diagonal blocks, elementwise: work items (2 x 2 pair tile on or below the block diagonal,
-  // quarter of the channels); the four quarters of a tile sit in consecutive lanes and are summed
-  // by shuffles, so every sum has one fixed order.
+  // quarter of the channels: c = 4 j + quarter, so a tile's four lanes read adjacent channels);
+  // the four quarters of a tile sit in consecutive lanes and are summed by shuffles, so every sum
+  // has one fixed order.
   constexpr int kTilesPerSide = NB / 2;
   constexpr int kLowerTiles = kTilesPerSide * (kTilesPerSide + 1) / 2;  // per diagonal block
   constexpr int kItems = (C / NB) * kLowerTiles * 4;
   constexpr int kQuarter = DK / 4;
-  for (int base = 0; base < kItems; base += kWarpgroupThreads) {
+  for (int base = 0; base < kItems; base += kThreads) {
     const int item = base + tid, tile = item / 4, quarter = item % 4;
     const bool valid = item < kItems;
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
@@ -187,7 +189,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       const int tb = lt - ta * (ta + 1) / 2;
       t0 = blk * NB + 2 * ta;
       s0 = blk * NB + 2 * tb;
-      for (int c = quarter * kQuarter; c < (quarter + 1) * kQuarter; ++c) {
+      for (int j = 0; j < kQuarter; ++j) {
+        const int c = 4 * j + quarter;
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL

@@ -48,11 +48,15 @@ int residentPerSm() {
   return blocks;
 }
 
-/// Whether the opt-in single-stage q / w variant of the delta rule's state stage is asked for
-/// (LINAC_HOPPER_LATE=1; not yet run on an H200).
-inline bool lateLoadsRequested() {
-  const char* env = std::getenv("LINAC_HOPPER_LATE");
-  return env != nullptr && std::string(env) == "1";
+/// Whether the delta rule's state stage keeps one stage of q / w (kLate). Measured on the H200
+/// (bench/NOTES.md, "The opt-in Hopper paths"): it helps a scalar decay (Gated DeltaNet 0.726 ->
+/// 0.671 ms at B8 T4096 H8 D128, 1.267 -> 1.104 at B2 T16384 H4) and costs DeltaNet 2-12%, so it
+/// is the scalar decay's default. LINAC_HOPPER_LATE=1 / 0 forces it on / off for A/B runs.
+template <class Decay>
+bool useLateLoads() {
+  if (const char* env = std::getenv("LINAC_HOPPER_LATE"); env != nullptr)
+    return std::string(env) == "1";
+  return Decay::kClass == DecayClass::Scalar;
 }
 
 /// The state stage with BV = 32 where every CTA of the smaller blocks is resident at once (two per
@@ -68,7 +72,7 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
   constexpr int kNarrow = kNarrowValueBlock;
   const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
   if constexpr (kDelta) {
-    if (lateLoadsRequested() &&
+    if (useLateLoads<Decay>() &&
         narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {
       launchStateOutputBlock<T, DK, kNarrow, Decay, true, true>(p, stream);
       return;
@@ -141,7 +145,7 @@ void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStrea
   auto prepare = diagonalPrepareKernel<T, DK, kExclusive>;
   constexpr size_t bytes = sizeof(DiagonalPrepareSmem<T, DK>);
   setSmem(prepare, bytes);
-  prepare<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out);
+  prepare<<<dim3(unsigned(slots), p.heads), kDiagonalPrepareThreads, bytes, stream>>>(p, out);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagonalPrepareKernel");
   launchStateOutput<T, DK, PrecomputedDiagonal, false>(p, stream);
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
