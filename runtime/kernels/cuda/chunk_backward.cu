@@ -618,7 +618,7 @@ void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkBackward: grid too large");
   if (num_seqs == 0) return;
 #ifdef LINAC_HAVE_HOPPER
-  // Opt-in until it has run on an H200 (hopper/hopper_backward.h): LINAC_HOPPER_BWD=1.
+  // The Hopper backward where it applies (hopper/hopper_backward.h; LINAC_HOPPER_BWD=0 turns it off).
   if (hopper::backwardSupported(kind, dtype, shape, args)) {
     hopper::backward(kind, dtype, shape, args, num_seqs, stream);
     return;

@@ -9,12 +9,12 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--bench-rows TEXT] [--seed N]
-//   --hopper-bwd  the backward cases run the opt-in Hopper backward (LINAC_HOPPER_BWD=1) where it
-//                 applies; the backward timings show it beside the default either way
-//   --hopper-late the forward cases run the opt-in late q / w loads of the delta rule's state
-//                 stage (LINAC_HOPPER_LATE=1)
-//   --hopper-diag the forward cases of a diagonal decay run the opt-in Hopper stages
-//                 (LINAC_HOPPER_DIAG=1); the forward timings show both opt-ins beside the default
+//   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
+//                 an H200); the backward timings show it beside the mma.sync path either way
+//   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
+//                 every decay (LINAC_HOPPER_LATE=1; the default takes them for a scalar decay)
+//   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
+//                 the forward timings show LINAC_HOPPER_LATE=1 beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -633,21 +633,22 @@ double withHopper(bool on, F&& f) {
   return ms;
 }
 
-/// Runs f with the opt-in Hopper forward paths on (LINAC_HOPPER_LATE=1, LINAC_HOPPER_DIAG=1), then
+/// Runs f with the late q / w loads forced for every delta-rule decay (LINAC_HOPPER_LATE=1), then
 /// restores the environment.
 template <class F>
 double withOptIns(F&& f) {
-  const char* names[] = {"LINAC_HOPPER_LATE", "LINAC_HOPPER_DIAG"};
-  std::string saved[2];
-  bool had[2];
-  for (int i = 0; i < 2; ++i) {
+  const char* names[] = {"LINAC_HOPPER_LATE"};
+  constexpr int kNames = 1;
+  std::string saved[kNames];
+  bool had[kNames];
+  for (int i = 0; i < kNames; ++i) {
     const char* v = std::getenv(names[i]);
     had[i] = v != nullptr;
     if (had[i]) saved[i] = v;
     setenv(names[i], "1", 1);
   }
   const double ms = f();
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kNames; ++i) {
     if (had[i]) setenv(names[i], saved[i].c_str(), 1);
     else unsetenv(names[i]);
   }
@@ -674,8 +675,8 @@ void bench() {
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
-  std::printf("('opt-in': LINAC_HOPPER_LATE=1 LINAC_HOPPER_DIAG=1, the Hopper paths not yet default)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "opt-in", "mma.sync", "fla");
+  std::printf("('late': LINAC_HOPPER_LATE=1, the delta rule's late q / w loads for every decay)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "late", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -732,9 +733,10 @@ void benchBackward() {
       {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 2.259},
   };  // fla 0.6.0 fwd+bwd, same H200, 2026-12-03 (bench/NOTES.md, "Hopper forward on wgmma")
   std::printf("\nforward+backward timing, bf16 B=%d T=%d H=%d dk=dv=%d (median of 20 after 3 warm-ups)\n", B, T, H, D);
-  std::printf("(bwd no-dg: the same backward with d_g = null; additive none / fixed / scalar take the\n"
-              " tensor-core path of chunk_backward_additive.cu, 3xTF32 in passes 1-2 for the fixed-class dg)\n");
-  std::printf("(hopper bwd: LINAC_HOPPER_BWD=1, the opt-in wgmma backward where it applies)\n");
+  std::printf("(bwd no-dg: the default dispatch with d_g = null, as when a fixed decay is not learned;\n"
+              " a fixed decay's dg takes chunk_backward_additive.cu, 3xTF32 in passes 1-2)\n");
+  std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
+              " wgmma backward where it applies)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
   for (const auto& r : rows) {
     if (!benchRow(r.name)) continue;
@@ -758,17 +760,20 @@ void benchBackward() {
     ba.fwd = a; ba.d_o = dO.p; ba.d_q = dq.p; ba.d_k = dk.p; ba.d_v = dv.p;
     ba.d_g = in.g.empty() ? nullptr : dg.as<float>();
     ba.d_beta = in.beta.empty() ? nullptr : db.as<float>();
-    const double bms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    auto backward = [&] {
+      return medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    };
     const char* hopperBwd = std::getenv("LINAC_HOPPER_BWD");
-    setenv("LINAC_HOPPER_BWD", "1", 1);
-    const double hms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
+    setenv("LINAC_HOPPER_BWD", "0", 1);
+    const double bms = backward();
     if (hopperBwd) setenv("LINAC_HOPPER_BWD", hopperBwd, 1);
     else unsetenv("LINAC_HOPPER_BWD");
+    const double hms = backward();
     const double ms = medianMs([&] {
       kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr);
       kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr);
     }, 3, 20);
-    double nodg_ms = bms;
+    double nodg_ms = hms;
     if (ba.d_g) {
       RecurrenceBackwardArgs nb = ba;
       nb.d_g = nullptr;

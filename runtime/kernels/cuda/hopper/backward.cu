@@ -44,8 +44,8 @@ void runDims(DecayClass decay, const RecurrenceShape& s, const BackwardParams& p
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
                        const RecurrenceBackwardArgs& a) {
-  const char* env = std::getenv("LINAC_HOPPER_BWD");
-  if (env == nullptr || std::string(env) != "1") return false;
+  if (const char* env = std::getenv("LINAC_HOPPER_BWD"); env != nullptr && std::string(env) == "0")
+    return false;
   if (dtype == DType::F32 || kind.update != UpdateRule::Additive ||
       kind.readout != Readout::Inclusive || kind.decay == DecayClass::Diagonal)
     return false;

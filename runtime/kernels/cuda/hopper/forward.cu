@@ -60,10 +60,10 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
   else runDecay<T, 128>(kind, p, tokens, slots, stream);
 }
 
-/// The diagonal decay's stages are opt-in (LINAC_HOPPER_DIAG=1) until they have run on an H200.
-bool diagonalRequested() {
+/// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
+bool diagonalEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_DIAG");
-  return env != nullptr && std::string(env) == "1";
+  return env == nullptr || std::string(env) != "0";
 }
 
 }  // namespace
@@ -71,7 +71,7 @@ bool diagonalRequested() {
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32) return false;
   if (kind.decay == DecayClass::Diagonal) {
-    if (kind.update != UpdateRule::Additive || !diagonalRequested()) return false;
+    if (kind.update != UpdateRule::Additive || !diagonalEnabled()) return false;
   } else if (kind.readout != Readout::Inclusive) {
     return false;
   }
