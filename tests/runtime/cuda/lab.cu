@@ -8,13 +8,15 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--hopper-late] [--hopper-diag] [--bench-rows TEXT] [--seed N]
+//                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--bench-rows TEXT]
+//                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
 //                 an H200); the backward timings show it beside the mma.sync path either way
 //   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
 //                 every decay (LINAC_HOPPER_LATE=1; the default takes them for a scalar decay)
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
-//                 the forward timings show LINAC_HOPPER_LATE=1 beside the default
+//   --hopper-block-inverse  the delta rule's forward cases take the opt-in blockwise (I + A)^-1
+//                 (LINAC_HOPPER_BLOCK_INVERSE=1); the forward timings show it beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -633,11 +635,11 @@ double withHopper(bool on, F&& f) {
   return ms;
 }
 
-/// Runs f with the late q / w loads forced for every delta-rule decay (LINAC_HOPPER_LATE=1), then
-/// restores the environment.
+/// Runs f with the opt-in blockwise inverse of the delta rule's preparation
+/// (LINAC_HOPPER_BLOCK_INVERSE=1), then restores the environment.
 template <class F>
 double withOptIns(F&& f) {
-  const char* names[] = {"LINAC_HOPPER_LATE"};
+  const char* names[] = {"LINAC_HOPPER_BLOCK_INVERSE"};
   constexpr int kNames = 1;
   std::string saved[kNames];
   bool had[kNames];
@@ -675,8 +677,8 @@ void bench() {
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
-  std::printf("('late': LINAC_HOPPER_LATE=1, the delta rule's late q / w loads for every decay)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "late", "mma.sync", "fla");
+  std::printf("('blk-inv': LINAC_HOPPER_BLOCK_INVERSE=1, the delta rule's opt-in blockwise (I + A)^-1)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "blk-inv", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -695,11 +697,11 @@ void bench() {
       a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
       auto run = [&] { return medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); }); };
       const double ms = withHopper(true, run), old = withHopper(false, run);
-      const double lateMs = withOptIns(run);
+      const double optInMs = withOptIns(run);
       char dims[32];
       std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, D);
       const bool anchor = B == 8 && T == 4096 && H == 8 && D == 128;
-      std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", r.name, dims, ms, lateMs, old,
+      std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", r.name, dims, ms, optInMs, old,
                   anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
   const int B = 8, T = 4096;
@@ -797,6 +799,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-bwd")) setenv("LINAC_HOPPER_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-late")) setenv("LINAC_HOPPER_LATE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];

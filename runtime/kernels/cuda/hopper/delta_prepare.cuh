@@ -3,8 +3,9 @@
 //
 // Per chunk of C = 64 tokens (b = cumulative log-decay from the chunk start, chunk_decay.cuh):
 //   A[t][s] = beta_t (k_t . k_s) exp(b_t - b_s) for s < t, else 0          (K K^T on wgmma)
-//   X = (I + A)^-1   unit lower triangular; column j by forward substitution in fp32 (one thread
-//                    per column: x_i = delta_ij - sum_{s < i} A[i][s] x_s)
+//   X = (I + A)^-1   unit lower triangular, fp32: column j by forward substitution (one thread
+//                    per column: x_i = delta_ij - sum_{s < i} A[i][s] x_s), or with
+//                    p.block_inverse by 16 x 16 blocks on every thread (unit_lower_inverse.cuh)
 //   T = X diag(beta),  W = T diag(exp(b)) K,  U = T V                       (wgmma)
 // so that the state stage's X = U - W S is the chunk's d_t (state_output.cuh). W [B, T, H, dk] and
 // U [B, T, H, dv] are written in the input dtype, as fla's recompute_w_u does.
@@ -14,6 +15,7 @@
 #include "chunk_decay.cuh"
 #include "forward_params.h"
 #include "tiles.cuh"
+#include "unit_lower_inverse.cuh"
 
 namespace linac::kernels::cuda::hopper {
 
@@ -108,7 +110,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   });
   __syncthreads();
 
-  if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
+  if (p.block_inverse) {
+    unitLowerInverse<C, kWarpgroupThreads>(sm.a, Tiles::kLdA);
+    // T = X diag(beta) and T diag(exp(b)), column pairs (j, j + 1) of one row per 4-byte store.
+    for (int e = tid; e < C * C / 2; e += kWarpgroupThreads) {
+      const int i = e / (C / 2), j = (e % (C / 2)) * 2;
+      const float x0 = xAt(sm.a, Tiles::kLdA, i, j) * sm.beta[j];
+      const float x1 = xAt(sm.a, Tiles::kLdA, i, j + 1) * sm.beta[j + 1];
+      sts32(tTm.at(i, j), pack2<T>(x0, x1));
+      if constexpr (Decay::kActive)
+        sts32(tTw.at(i, j), pack2<T>(x0 * __expf(decayAt(j)), x1 * __expf(decayAt(j + 1))));
+      else
+        sts32(tTw.at(i, j), pack2<T>(x0, x1));
+    }
+  } else if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
     const int j = tid;
     float x[C];
     CUTE_UNROLL

@@ -34,6 +34,9 @@ struct ForwardParams {
   int heads;             // H
   int value_dim;         // dv
   float scale;
+  bool block_inverse;    // (delta) X = (I + A)^-1 by 16 x 16 blocks (unit_lower_inverse.cuh) instead
+                         // of one column per thread: opt-in (LINAC_HOPPER_BLOCK_INVERSE=1) until
+                         // it has run on an H200
 };
 
 /// Writable views of the preparation's outputs.
