@@ -21,23 +21,24 @@ struct DeltaChunkScalars {
   float beta[kChunk];  // beta_t, 0 past the sequence end
 };
 
-/// Warp 0: b[t] = g_0 + ... + g_t in double (tokens past the sequence end have g = 0 when staged).
+/// Warp 0: b[t] = g_0 + ... + g_t in double from the staged g (tokens past the sequence end were
+/// staged as 0); 0 without decay.
 template <class Decay>
-__device__ void deltaChunkCumsum(DeltaChunkScalars& cs) {
+__device__ void chunkCumsumDouble(double* b, const float* g) {
   const int lane = threadIdx.x & 31;
   if constexpr (Decay::kClass == DecayClass::Scalar) {
     double b0, b1, blast;
-    chunkCumsum(cs.g[lane], cs.g[lane + 32], b0, b1, blast);
-    cs.b[lane] = b0;
-    cs.b[lane + 32] = b1;
+    chunkCumsum(g[lane], g[lane + 32], b0, b1, blast);
+    b[lane] = b0;
+    b[lane + 32] = b1;
   } else {
-    cs.b[lane] = 0.0;
-    cs.b[lane + 32] = 0.0;
+    b[lane] = 0.0;
+    b[lane + 32] = 0.0;
   }
 }
 
-/// Starts the chunk's scalar copies (g by cp.async for ScalarDecay) and writes beta; threads
-/// 0..C-1 take part. Commit, wait, barrier, then deltaChunkCumsum by warp 0 and a barrier.
+/// Starts the chunk's log-decay copy (cp.async, ScalarDecay) and writes beta; threads 0..C-1 take
+/// part. Then: commit, wait, barrier, chunkCumsumDouble by warp 0, barrier.
 template <class Decay>
 __device__ void stageDeltaScalars(DeltaChunkScalars& cs, const float* g, const float* beta,
                                   int64_t tok0, int rows, int h, int H) {
@@ -48,22 +49,22 @@ __device__ void stageDeltaScalars(DeltaChunkScalars& cs, const float* g, const f
 
 /// exp(b_t - b_s) for s <= t (the difference taken in double), 0 above the diagonal.
 template <class Decay>
-__device__ float decayRatio(const DeltaChunkScalars& cs, int t, int s) {
+__device__ float decayRatio(const double* b, int t, int s) {
   if (s > t) return 0.f;
   if constexpr (!Decay::kActive) return 1.f;
-  return __expf(float(cs.b[t] - cs.b[s]));
+  return __expf(float(b[t] - b[s]));
 }
 /// exp(b_t).
 template <class Decay>
-__device__ float decayFrom(const DeltaChunkScalars& cs, int t) {
+__device__ float decayFrom(const double* b, int t) {
   if constexpr (!Decay::kActive) return 1.f;
-  return __expf(float(cs.b[t]));
+  return __expf(float(b[t]));
 }
 /// exp(b_last - b_t).
 template <class Decay>
-__device__ float decayTo(const DeltaChunkScalars& cs, int t) {
+__device__ float decayTo(const double* b, int t) {
   if constexpr (!Decay::kActive) return 1.f;
-  return __expf(float(cs.b[kChunk - 1] - cs.b[t]));
+  return __expf(float(b[kChunk - 1] - b[t]));
 }
 
 /// x0, x1 as two pairs of T: hi = T(x), lo = T(x - hi), each packed low / high into 32 bits.

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
   copyWait<0>();
   fenceToAsyncProxy();
   __syncthreads();
-  if (tid < 32) deltaChunkCumsum<Decay>(sm.cs);
+  if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
 
   // K K^T and Q K^T in one batch.
   MmaKK mmaKK;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
 
   forEachPair<MmaKK>(accCoords<C, C>(mmaKK), [&](int i, int t, int s) {
     const float bt = sm.cs.beta[t];
-    const float g0 = decayRatio<Decay>(sm.cs, t, s), g1 = decayRatio<Decay>(sm.cs, t, s + 1);
+    const float g0 = decayRatio<Decay>(sm.cs.b, t, s), g1 = decayRatio<Decay>(sm.cs.b, t, s + 1);
     *reinterpret_cast<float2*>(&sm.l[t * Tiles::kLdL + s]) =
         make_float2(s < t ? bt * accG(i) * g0 : 0.f, s + 1 < t ? bt * accG(i + 1) * g1 : 0.f);
     sts32(tAp.at(t, s), pack2<T>(p.scale * accA(i) * g0, p.scale * accA(i + 1) * g1));
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
       }
       x[i] = (i == j ? 1.f : 0.f) - s;
     }
-    const float bj = sm.cs.beta[j], fj = bj * decayFrom<Decay>(sm.cs, j);
+    const float bj = sm.cs.beta[j], fj = bj * decayFrom<Decay>(sm.cs.b, j);
     CUTE_UNROLL
     for (int i = 0; i < C; ++i) {
       xOut[i * C + j] = x[i];
