@@ -78,7 +78,9 @@ __device__ void splitPack2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
 /// Copies rows [0, R) of a global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte
 /// aligned) into RowTiles [r, c] as hi (+ lo when kLo); rows at or past `rows` are zero. All
 /// kThreads threads call; a fence and a barrier must follow before the tensor cores read them.
-template <int R, int Cc, int kThreads, bool kLo, class Tile>
+/// Loads go in rounds of kRound 16-byte vectors per thread (all in flight, then stored), which
+/// bounds the registers they hold next to a caller's live accumulators.
+template <int R, int Cc, int kThreads, bool kLo, int kRound = 2, class Tile>
 __device__ void loadSplitRows(const Tile& hi, const Tile& lo, const float* src, int64_t rowStride,
                               int rows, int tid) {
   using T = std::remove_cv_t<std::remove_pointer_t<decltype(hi.ptr)>>;
@@ -86,30 +88,41 @@ __device__ void loadSplitRows(const Tile& hi, const Tile& lo, const float* src, 
   constexpr int kTotal = R * kPerRow;
   static_assert(Cc % 4 == 0, "rows are read as float4");
   constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
-  float4 x[kIters];
   CUTE_UNROLL
-  for (int k = 0; k < kIters; ++k) {  // every load in flight before the first store
-    const int i = tid + k * kThreads;
-    const int r = i / kPerRow, c = (i % kPerRow) * 4;
-    const bool valid = (kTotal % kThreads == 0 || i < kTotal) && r < rows;
-    x[k] = valid ? *reinterpret_cast<const float4*>(src + int64_t(r) * rowStride + c)
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  CUTE_UNROLL
-  for (int k = 0; k < kIters; ++k) {
-    const int i = tid + k * kThreads;
-    if (kTotal % kThreads != 0 && i >= kTotal) break;
-    const int r = i / kPerRow, c = (i % kPerRow) * 4;
-    uint32_t h0, l0, h1, l1;
-    splitPack2<T>(x[k].x, x[k].y, h0, l0);
-    splitPack2<T>(x[k].z, x[k].w, h1, l1);
-    sts32(hi.at(r, c), h0);
-    sts32(hi.at(r, c + 2), h1);
-    if constexpr (kLo) {
-      sts32(lo.at(r, c), l0);
-      sts32(lo.at(r, c + 2), l1);
+  for (int k0 = 0; k0 < kIters; k0 += kRound) {
+    float4 x[kRound];
+    CUTE_UNROLL
+    for (int j = 0; j < kRound; ++j) {
+      const int i = tid + (k0 + j) * kThreads;
+      const int r = i / kPerRow, c = (i % kPerRow) * 4;
+      const bool valid = k0 + j < kIters && i < kTotal && r < rows;
+      x[j] = valid ? *reinterpret_cast<const float4*>(src + int64_t(r) * rowStride + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kRound; ++j) {
+      const int i = tid + (k0 + j) * kThreads;
+      if (k0 + j >= kIters || i >= kTotal) break;
+      const int r = i / kPerRow, c = (i % kPerRow) * 4;
+      uint32_t h0, l0, h1, l1;
+      splitPack2<T>(x[j].x, x[j].y, h0, l0);
+      splitPack2<T>(x[j].z, x[j].w, h1, l1);
+      sts32(hi.at(r, c), h0);
+      sts32(hi.at(r, c + 2), h1);
+      if constexpr (kLo) {
+        sts32(lo.at(r, c), l0);
+        sts32(lo.at(r, c + 2), l1);
+      }
     }
   }
+}
+
+/// threadIdx.x read where it is used: values computed from it inside a loop are not hoisted out
+/// of the loop into registers that stay live beside the accumulators.
+__device__ inline int threadIndexHere() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
 }
 
 /// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
