@@ -12,8 +12,10 @@ with the loss L = <dO, o> + <d_ht, S_T>. Three checks:
   3. the same chunk algorithm with every value the kernels round rounded to bf16 / fp16 where the
      kernels round it (workspaces, shared-memory operands of wgmma, outputs), fp32 elsewhere: the
      relative RMS errors it predicts for the device, against the lab's gate (5e-3).
-Usage: python3 tests/runtime/cuda/delta_bwd_host_check.py [--seed N] [--quick]
-Exit 0 when every check passes.
+Usage: python3 tests/runtime/cuda/delta_bwd_host_check.py [--seed N] [--quick] [--attribute]
+  --attribute  also prints, for bf16, the error each rounded value causes alone (how
+               KERNEL_PRECISE was chosen), and every value rounded (fla's storage) for comparison
+Exit 0 when every check passes (the gate applies to the kernels' roundings).
 """
 import argparse
 import sys
@@ -50,8 +52,10 @@ def round_f32(x):
 #              dD4w (dD S^T), dA, dW
 #   5 wy       Tm4 (Tm^T dD, Tm^T dW), dD4v (Tm^T dD), dD4t (dD V^T), dTm, TmY (Y = dTm Tm^T), Y,
 #              Xop (X^T Y), dM
-KERNEL_PRECISE = {"Tm1", "U", "dS3", "dSZ", "D4a", "D4k", "dS4k", "Tm4", "dD4v",
-                  "dD4t"}
+KERNEL_PRECISE = {"Tm1", "U", "dS3", "dSZ", "D4a", "D4k", "dS4k", "Tm4", "dD4v", "dD4t"}
+ROUNDED_NAMES = ["Tm1", "Tw", "W", "U", "A", "dDl", "L", "X", "S2", "Dop", "dS3", "dOs", "dDop",
+                 "S4q", "S4w", "SZ", "dSZ", "D4a", "D4k", "dS4k", "dD4w", "dA", "dW", "Tm4", "dD4v",
+                 "dD4t", "dTm", "TmY", "Y", "Xop", "dM", "out"]
 
 
 class Rounding:
@@ -281,6 +285,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--attribute", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     ok = True
@@ -309,8 +314,28 @@ def main():
             ok &= not bad
             cols = " ".join(f"{errs[n]:9.2e}" if n in errs else f"{'-':>9}" for n in names)
             print(f"  {label:<26} {dtype:<5} {cols}  {'FAIL ' + ','.join(bad) if bad else 'PASS'}")
+    if args.attribute:
+        attribute(args.seed, args.quick)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def attribute(seed, quick):
+    """bf16 errors with one value rounded alone, then with every value rounded."""
+    names = ("q", "k", "v", "g", "beta", "h0")
+    print("4. bf16, one rounded value at a time (the rest exact), and all rounded")
+    for label, T, dk, dv, decay, gmul, gclamp, with_h0 in cases(quick):
+        x = make_inputs(np.random.default_rng(seed * 7919 + T + dk), T, dk, dv, decay, gmul, gclamp,
+                        round_bf16)
+        scale = 1.0 / np.sqrt(dk)
+        ref = reverse_tokens(x, scale)
+        print(f"  {label}")
+        for name in ROUNDED_NAMES + ["(all)"]:
+            only = None if name == "(all)" else {name}
+            got = chunk_backward(x, scale, Rounding(round_bf16, frozenset(), only))
+            cols = " ".join(f"{rel_rms(got[n], ref[n]):9.2e}" for n in names
+                            if (decay or n != "g") and (with_h0 or n != "h0"))
+            print(f"    {name:<6} {cols}")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ constexpr int kDeltaWyThreads = 2 * kWarpgroupThreads;
 template <class T, int DK, int DV>
 struct DeltaBwdWyTiles {
   static constexpr int C = kChunk;
-  using Kt_ = RowTile<T, C, DK>;            // k, dW: [t, d]
-  using KtT = Transposed<Kt_, C, DK>;       // (d, t)
+  using Kw = RowTile<T, C, DK>;             // k, dW: [t, d]
+  using KwT = Transposed<Kw, C, DK>;        // (d, t)
   using Vt = RowTile<T, C, DV>;             // v, dD (hi, lo): [t, v]
   using VtT = Transposed<Vt, C, DV>;        // (v, t)
   using Sq = RowTile<T, C, C>;              // Tm (hi, lo), X, dTm, Y, dM: [t, s]
@@ -40,8 +40,8 @@ struct DeltaBwdWyTiles {
 
   static constexpr int kLd = C + 4;  // fp32 [C, C] rows in shared memory
   struct Smem {
-    alignas(1024) T k[cosize_v<Kt_>];
-    alignas(1024) T dw[cosize_v<Kt_>];
+    alignas(1024) T k[cosize_v<Kw>];
+    alignas(1024) T dw[cosize_v<Kw>];
     alignas(1024) T v[cosize_v<Vt>];
     alignas(1024) T ddHi[cosize_v<Vt>];
     alignas(1024) T ddLo[cosize_v<Vt>];
@@ -79,10 +79,10 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
 
-  const auto tK = smemTile(sm.k, typename Tiles::Kt_{});
-  const auto tKt = smemTile(sm.k, typename Tiles::KtT{});
-  const auto tDw = smemTile(sm.dw, typename Tiles::Kt_{});
-  const auto tDwT = smemTile(sm.dw, typename Tiles::KtT{});
+  const auto tK = smemTile(sm.k, typename Tiles::Kw{});
+  const auto tKt = smemTile(sm.k, typename Tiles::KwT{});
+  const auto tDw = smemTile(sm.dw, typename Tiles::Kw{});
+  const auto tDwT = smemTile(sm.dw, typename Tiles::KwT{});
   const auto tV = smemTile(sm.v, typename Tiles::Vt{});
   const auto tDdHi = smemTile(sm.ddHi, typename Tiles::Vt{});
   const auto tDdLo = smemTile(sm.ddLo, typename Tiles::Vt{});
