@@ -932,6 +932,18 @@ int main(int argc, char** argv) {
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
+        // the delta rule's shapes for the Hopper backward (taken with --hopper-bwd, else by
+        // chunk_backward_delta.cu): varlen with lengths 1, 63, 65, 71, 100; dk = dv = 128 varlen
+        // without h0 / d_ht; dk 128 > dv over four chunks; null d_q and d_g; fp16 too.
+        for (auto dt : {DType::BF16, DType::F16})
+          for (auto de : {DecayClass::None, DecayClass::Scalar}) {
+            const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};
+            runBwdCase({dn, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
+            runBwdCase({dn, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, false});
+            runBwdCase({dn, dt, 2, 200, 1, 128, 64, {}});
+            Case c{dn, dt, 2, 90, 2, 64, 128, {}};
+            c.all_grads = false; runBwdCase(c);
+          }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});
           runScanBwdCase(dt, 1, 300, 64, {0, 5, 100, 300});

@@ -1,10 +1,12 @@
 // The Hopper backward's entry points: which calls it takes, and the dispatch over element type,
-// dk, dv and decay class to the instantiations in backward_<dtype>.cu.
+// dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule) and
+// backward_delta_<dtype>.cu (delta rule).
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
+#include "delta_bwd_params.h"
 #include "hopper_forward.h"
 
 #include <cutlass/bfloat16.h>
@@ -17,6 +19,9 @@ namespace linac::kernels::cuda::hopper {
 
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
+template <class T, int DK, int DV, class Decay>
+void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
+                            cudaStream_t stream);
 
 namespace {
 
@@ -40,15 +45,75 @@ void runDims(DecayClass decay, const RecurrenceShape& s, const BackwardParams& p
   else runDecay<T, 128, 128>(decay, p, slots, stream);
 }
 
+template <class T, int DK, int DV>
+void runDeltaDecay(DecayClass decay, const DeltaBackwardParams& p, int64_t tokens, int64_t slots,
+                   cudaStream_t stream) {
+  if (decay == DecayClass::Scalar) runDeltaBackwardStages<T, DK, DV, ScalarDecay>(p, tokens, slots, stream);
+  else runDeltaBackwardStages<T, DK, DV, NoDecay>(p, tokens, slots, stream);
+}
+
+template <class T>
+void runDeltaDims(DecayClass decay, const RecurrenceShape& s, const DeltaBackwardParams& p,
+                  int64_t tokens, int64_t slots, cudaStream_t stream) {
+  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
+  if (k64 && v64) runDeltaDecay<T, 64, 64>(decay, p, tokens, slots, stream);
+  else if (k64) runDeltaDecay<T, 64, 128>(decay, p, tokens, slots, stream);
+  else if (v64) runDeltaDecay<T, 128, 64>(decay, p, tokens, slots, stream);
+  else runDeltaDecay<T, 128, 128>(decay, p, tokens, slots, stream);
+}
+
+/// The delta rule (decay none / scalar): every gradient of recurrence.h from the five stages of
+/// delta_backward_stages.cuh.
+void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
+                   const RecurrenceBackwardArgs& a, int64_t num_seqs, int64_t slots,
+                   cudaStream_t stream) {
+  const RecurrenceForwardArgs& f = a.fwd;
+  DeltaBackwardParams p{};
+  p.q = f.q;
+  p.k = f.k;
+  p.v = f.v;
+  p.d_o = a.d_o;
+  p.g = kind.decay == DecayClass::Scalar ? f.g : nullptr;
+  p.beta = f.beta;
+  p.h0 = f.h0;
+  p.d_ht = a.d_ht;
+  p.dq = a.d_q;
+  p.dk = a.d_k;
+  p.dv = a.d_v;
+  p.dg = kind.decay == DecayClass::Scalar ? a.d_g : nullptr;
+  p.dbeta = a.d_beta;
+  p.dh0 = a.d_h0;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.chunks_per_seq = (s.seq_len + kChunk - 1) / kChunk;
+  p.num_seqs = int(num_seqs);
+  p.heads = int(s.heads);
+  p.value_dim = int(s.value_dim);
+  p.scale = f.scale;
+  const int64_t tokens = s.batch * s.seq_len;
+  if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, p, tokens, slots, stream);
+  else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
+}
+
 }  // namespace
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
                        const RecurrenceBackwardArgs& a) {
-  if (const char* env = std::getenv("LINAC_HOPPER_BWD"); env != nullptr && std::string(env) == "0")
+  const char* env = std::getenv("LINAC_HOPPER_BWD");
+  const std::string mode = env != nullptr ? env : "";
+  if (mode == "0") return false;
+  if (dtype == DType::F32 || kind.readout != Readout::Inclusive ||
+      kind.decay == DecayClass::Diagonal)
     return false;
-  if (dtype == DType::F32 || kind.update != UpdateRule::Additive ||
-      kind.readout != Readout::Inclusive || kind.decay == DecayClass::Diagonal)
+  if (kind.update == UpdateRule::Delta) {
+    // DeltaNet / Gated DeltaNet: opt-in (LINAC_HOPPER_BWD=1) until it has run on an H200. The
+    // delta rule always has beta, so d_beta is part of the call.
+    if (mode != "1" || kind.decay == DecayClass::Fixed || a.fwd.beta == nullptr ||
+        a.d_beta == nullptr)
+      return false;
+  } else if (kind.update != UpdateRule::Additive) {
     return false;
+  }
   if (kind.decay == DecayClass::Fixed && a.d_g != nullptr) return false;  // a per-head total
   if ((s.key_dim != 64 && s.key_dim != 128) || (s.value_dim != 64 && s.value_dim != 128))
     return false;
@@ -59,6 +124,13 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
               const RecurrenceBackwardArgs& a, int64_t num_seqs, cudaStream_t stream) {
   LINAC_REQUIRE(backwardSupported(kind, dtype, s, a), "hopper backward: unsupported call");
+  const int64_t tokens = s.batch * s.seq_len;
+  const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
+                                     : s.batch * ((s.seq_len + kChunk - 1) / kChunk);
+  if (kind.update == UpdateRule::Delta) {
+    deltaBackward(kind, dtype, s, a, num_seqs, slots, stream);
+    return;
+  }
   const RecurrenceForwardArgs& f = a.fwd;
   BackwardParams p{};
   p.q = f.q;
@@ -80,9 +152,6 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.heads = int(s.heads);
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
-  const int64_t tokens = s.batch * s.seq_len;
-  const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
-                                     : s.batch * p.chunks_per_seq;
   if (dtype == DType::BF16) runDims<cutlass::bfloat16_t>(kind.decay, s, p, slots, stream);
   else runDims<cutlass::half_t>(kind.decay, s, p, slots, stream);
 }

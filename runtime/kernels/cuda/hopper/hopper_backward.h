@@ -1,9 +1,12 @@
-// The Hopper (sm_90a) backward of the additive rule: state passes and chunk-parallel gradients on
-// wgmma (state_scan.cuh, chunk_grad.cuh) for bf16 / fp16 inputs, inclusive readout, decay none /
-// fixed / scalar (a fixed decay's dg is not computed here), dk and dv in {64, 128}.
-// chunkBackward takes it by default on a Hopper device (checked by the kernel lab against its
-// float64 reference on the H200; 2.5-2.8x faster than the mma.sync path, bench/NOTES.md);
-// LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs.
+// The Hopper (sm_90a) backward, bf16 / fp16 inputs, inclusive readout, dk and dv in {64, 128}:
+//  - additive rule, decay none / fixed / scalar (a fixed decay's dg is not computed here): state
+//    passes and chunk-parallel gradients on wgmma (state_scan.cuh, chunk_grad.cuh). chunkBackward
+//    takes it by default on a Hopper device (checked by the kernel lab against its float64
+//    reference on the H200; 2.5-2.8x faster than the mma.sync path, bench/NOTES.md);
+//    LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs.
+//  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
+//    of delta_backward_stages.cuh (fla's WY-form backward). Not yet run on an H200, so taken only
+//    with LINAC_HOPPER_BWD=1 until the kernel lab has checked it.
 #pragma once
 
 #include "../../common/recurrence.h"

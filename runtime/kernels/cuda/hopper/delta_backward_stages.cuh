@@ -1,0 +1,112 @@
+// Launches of the delta rule's Hopper backward for one (element type, dk, dv, decay class); the
+// backward_delta_<dtype>.cu files instantiate them. Five stages, in stream order:
+//   1 deltaBwdPrepareKernel       grid (slots, H), 1 warpgroup:  X, W, U, dD_local
+//   2 deltaBwdForwardStateKernel  grid (dv / BV, H, N), 1 wg:    S_c, D (over U)
+//   3 deltaBwdReverseStateKernel  grid (dv / BV, H, N), 1 wg:    dS_{c+1}, dD (over dD_local), d_h0
+//   4 deltaBwdGradKernel          grid (slots, H), 3 wg:         dq, dk part, dW, db part, Z
+//   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
+// The workspace (delta_bwd_params.h) is one cudaMallocAsync block, freed in stream order.
+#pragma once
+
+#include "../cuda_check.h"
+#include "delta_bwd_forward_state.cuh"
+#include "delta_bwd_grad.cuh"
+#include "delta_bwd_prepare.cuh"
+#include "delta_bwd_reverse_state.cuh"
+#include "delta_bwd_wy.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kDeltaStateValueBlock = 32;  // value columns per CTA of the state passes
+constexpr size_t kWorkspaceAlign = 256;     // bytes; every workspace array starts aligned
+
+template <class Kernel>
+void setDeltaBwdSmem(Kernel kernel, size_t bytes) {
+  LINAC_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+/// `tokens` = B * T, `slots` the chunk slots of the batch (chunk_slots.cuh). p carries the inputs
+/// and gradients; the workspaces are set here.
+template <class T, int DK, int DV, class Decay>
+void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
+                            cudaStream_t stream) {
+  constexpr int C = kChunk, BV = kDeltaStateValueBlock;
+  const size_t rows = size_t(tokens) * p.heads;  // token-heads
+  const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
+  size_t total = 0;
+  auto carve = [&](size_t bytes) {
+    const size_t at = total;
+    total += (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+    return at;
+  };
+  const size_t oX = carve(size_t(slots) * p.heads * C * C * sizeof(float));
+  const size_t oW = carve(rows * DK * sizeof(T));
+  const size_t oUD = carve(rows * DV * sizeof(float));
+  const size_t oDD = carve(rows * DV * sizeof(float));
+  const size_t oS = carve(size_t(slots) * p.heads * DK * DV * sizeof(T));
+  const size_t oDS = carve(size_t(slots) * p.heads * DK * DV * sizeof(float));
+  const size_t oDK = carve(rows * DK * sizeof(float));
+  const size_t oDW = carve(rows * DK * sizeof(T));
+  const size_t oDB = wantDg ? carve(rows * sizeof(float)) : 0;
+  const size_t oZ = wantDg ? carve(size_t(slots) * p.heads * sizeof(float)) : 0;
+  uint8_t* ws = nullptr;
+  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream));
+  p.x = reinterpret_cast<float*>(ws + oX);
+  p.w = ws + oW;
+  p.ud = reinterpret_cast<float*>(ws + oUD);
+  p.dd = reinterpret_cast<float*>(ws + oDD);
+  p.states = ws + oS;
+  p.dstates = reinterpret_cast<float*>(ws + oDS);
+  p.dkpart = reinterpret_cast<float*>(ws + oDK);
+  p.dw = ws + oDW;
+  p.dbpart = wantDg ? reinterpret_cast<float*>(ws + oDB) : nullptr;
+  p.zpart = wantDg ? reinterpret_cast<float*>(ws + oZ) : nullptr;
+  if (!wantDg) p.dg = nullptr;
+
+  const dim3 chunkGrid(unsigned(slots), p.heads);
+  const dim3 stateGrid(DV / BV, p.heads, p.num_seqs);
+  if (slots > 0) {
+    auto kernel = deltaBwdPrepareKernel<T, DK, DV, Decay>;
+    constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
+    setDeltaBwdSmem(kernel, bytes);
+    kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdPrepareKernel");
+  }
+  {
+    auto kernel = deltaBwdForwardStateKernel<T, DK, BV, Decay>;
+    constexpr size_t bytes = DeltaBwdForwardStateTiles<T, DK, BV>::kSmemBytes;
+    setDeltaBwdSmem(kernel, bytes);
+    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
+  }
+  {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
+    auto kernel = deltaBwdReverseStateKernel<T, DK, BV, Decay>;
+    constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
+    setDeltaBwdSmem(kernel, bytes);
+    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
+  }
+  if (slots > 0) {
+    auto grad = deltaBwdGradKernel<T, DK, Decay>;
+    constexpr size_t gradBytes = DeltaBwdGradTiles<T, DK>::kSmemBytes;
+    setDeltaBwdSmem(grad, gradBytes);
+    grad<<<chunkGrid, kDeltaGradThreads, gradBytes, stream>>>(p);
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdGradKernel");
+    auto wy = deltaBwdWyKernel<T, DK, DV, Decay>;
+    constexpr size_t wyBytes = DeltaBwdWyTiles<T, DK, DV>::kSmemBytes;
+    setDeltaBwdSmem(wy, wyBytes);
+    wy<<<chunkGrid, kDeltaWyThreads, wyBytes, stream>>>(p);
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdWyKernel");
+  }
+  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace linac::kernels::cuda::hopper
+
+// Used inside namespace linac::kernels::cuda::hopper.
+#define LINAC_HOPPER_DELTA_BACKWARD_INSTANTIATE(T, DK, DV)                                    \
+  template void runDeltaBackwardStages<T, DK, DV, NoDecay>(DeltaBackwardParams, int64_t,      \
+                                                           int64_t, cudaStream_t);            \
+  template void runDeltaBackwardStages<T, DK, DV, ScalarDecay>(DeltaBackwardParams, int64_t,  \
+                                                               int64_t, cudaStream_t);

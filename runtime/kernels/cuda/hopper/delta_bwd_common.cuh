@@ -1,0 +1,142 @@
+// Pieces the delta rule's Hopper backward stages share (delta_bwd_*.cuh):
+//  - the chunk's cumulative log-decay b in double (chunk_slots.cuh's chunkCumsum: with strong gates
+//    b reaches -1000 within a chunk, where an fp32 b_t - b_s would carry ~1e-4 into exp), and the
+//    factors exp(b_t - b_s) (s <= t), exp(b_t), exp(b_last - b_t), every exponent <= 0;
+//  - two-term operands: an fp32 value x held as hi + lo in the input dtype (hi = T(x),
+//    lo = T(x - hi)), so a product with it costs two wgmma but carries ~2^-16 relative error
+//    instead of bf16's 2^-9. The host transcription measured which operands need it (the error of
+//    dg and dbeta grows with the rounding of U, D, dD and dS_{c+1}; NOTES.md).
+#pragma once
+
+#include "../chunk_slots.cuh"
+#include "chunk_decay.cuh"
+#include "tiles.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+/// Per-chunk scalars in shared memory: the log-decays as staged, their cumsum, beta.
+struct DeltaChunkScalars {
+  double b[kChunk];    // b_t, inclusive cumsum of g inside the chunk (0 without decay)
+  float g[kChunk];     // staged log-decays (ScalarDecay)
+  float beta[kChunk];  // beta_t, 0 past the sequence end
+};
+
+/// Warp 0: b[t] = g_0 + ... + g_t in double from the staged g (tokens past the sequence end were
+/// staged as 0); 0 without decay.
+template <class Decay>
+__device__ void chunkCumsumDouble(double* b, const float* g) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (Decay::kClass == DecayClass::Scalar) {
+    double b0, b1, blast;
+    chunkCumsum(g[lane], g[lane + 32], b0, b1, blast);
+    b[lane] = b0;
+    b[lane + 32] = b1;
+  } else {
+    b[lane] = 0.0;
+    b[lane + 32] = 0.0;
+  }
+}
+
+/// Starts the chunk's log-decay copy (cp.async, ScalarDecay) and writes beta; threads 0..C-1 take
+/// part. Then: commit, wait, barrier, chunkCumsumDouble by warp 0, barrier.
+template <class Decay>
+__device__ void stageDeltaScalars(DeltaChunkScalars& cs, const float* g, const float* beta,
+                                  int64_t tok0, int rows, int h, int H) {
+  stageLogDecay<Decay>(cs.g, g, tok0, rows, h, H);
+  const int t = threadIdx.x;
+  if (t < kChunk) cs.beta[t] = t < rows ? beta[(tok0 + t) * H + h] : 0.f;
+}
+
+/// exp(b_t - b_s) for s <= t (the difference taken in double), 0 above the diagonal.
+template <class Decay>
+__device__ float decayRatio(const double* b, int t, int s) {
+  if (s > t) return 0.f;
+  if constexpr (!Decay::kActive) return 1.f;
+  return __expf(float(b[t] - b[s]));
+}
+/// exp(b_t).
+template <class Decay>
+__device__ float decayFrom(const double* b, int t) {
+  if constexpr (!Decay::kActive) return 1.f;
+  return __expf(float(b[t]));
+}
+/// exp(b_last - b_t).
+template <class Decay>
+__device__ float decayTo(const double* b, int t) {
+  if constexpr (!Decay::kActive) return 1.f;
+  return __expf(float(b[kChunk - 1] - b[t]));
+}
+
+/// x0, x1 as two pairs of T: hi = T(x), lo = T(x - hi), each packed low / high into 32 bits.
+template <class T>
+__device__ void splitPack2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<T>(x0, x1);
+  const float2 h = unpack2<T>(hi);
+  lo = pack2<T>(x0 - h.x, x1 - h.y);
+}
+
+/// Copies rows [0, R) of a global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte
+/// aligned) into RowTiles [r, c] as hi (+ lo when kLo); rows at or past `rows` are zero. All
+/// kThreads threads call; a fence and a barrier must follow before the tensor cores read them.
+/// Loads go in rounds of kRound 16-byte vectors per thread (all in flight, then stored), which
+/// bounds the registers they hold next to a caller's live accumulators.
+template <int R, int Cc, int kThreads, bool kLo, int kRound = 2, class Tile>
+__device__ void loadSplitRows(const Tile& hi, const Tile& lo, const float* src, int64_t rowStride,
+                              int rows, int tid) {
+  using T = std::remove_cv_t<std::remove_pointer_t<decltype(hi.ptr)>>;
+  constexpr int kPerRow = Cc / 4;
+  constexpr int kTotal = R * kPerRow;
+  static_assert(Cc % 4 == 0, "rows are read as float4");
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+  CUTE_UNROLL
+  for (int k0 = 0; k0 < kIters; k0 += kRound) {
+    float4 x[kRound];
+    CUTE_UNROLL
+    for (int j = 0; j < kRound; ++j) {
+      const int i = tid + (k0 + j) * kThreads;
+      const int r = i / kPerRow, c = (i % kPerRow) * 4;
+      const bool valid = k0 + j < kIters && i < kTotal && r < rows;
+      x[j] = valid ? *reinterpret_cast<const float4*>(src + int64_t(r) * rowStride + c)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kRound; ++j) {
+      const int i = tid + (k0 + j) * kThreads;
+      if (k0 + j >= kIters || i >= kTotal) break;
+      const int r = i / kPerRow, c = (i % kPerRow) * 4;
+      uint32_t h0, l0, h1, l1;
+      splitPack2<T>(x[j].x, x[j].y, h0, l0);
+      splitPack2<T>(x[j].z, x[j].w, h1, l1);
+      sts32(hi.at(r, c), h0);
+      sts32(hi.at(r, c + 2), h1);
+      if constexpr (kLo) {
+        sts32(lo.at(r, c), l0);
+        sts32(lo.at(r, c + 2), l1);
+      }
+    }
+  }
+}
+
+/// threadIdx.x read where it is used: values computed from it inside a loop are not hoisted out
+/// of the loop into registers that stay live beside the accumulators.
+__device__ inline int threadIndexHere() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+/// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
+__device__ inline float quadRowSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Aligns the dynamic shared memory to 1024 bytes (the 128-byte swizzle's period) and returns it
+/// as the stage's layout.
+template <class Smem>
+__device__ Smem& alignedSmem(uint8_t* raw) {
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(raw)) & 1023u)) & 1023u;
+  return *reinterpret_cast<Smem*>(raw + pad);
+}
+
+}  // namespace linac::kernels::cuda::hopper

@@ -1,0 +1,150 @@
+// Hopper backward of the delta rule, stage 2 (forward state pass): one CTA (one warpgroup) per
+// (block of BV value columns, head, sequence) walks the chunks in order with the fp32 state block
+// S [dk, BV] as the accumulator of the product that updates it (state_output.cuh without the
+// output). Per chunk c, with W, U from stage 1 and b the chunk's cumulative log-decay:
+//   states[c] = S_c                                      (input dtype, as fla stores h)
+//   D   = U - W S_c                                       fp32, written over U (fla's v_new)
+//   S  <- exp(b_last) S + K^T (diag(exp(b_last - b)) D)
+// W S reads S's bf16 copy; K^T D reads D exp(b_last - b) rounded to the input dtype (the forward's
+// roundings; the host transcription measured both below 1e-4 in every gradient). The next chunk's
+// W, K and g are copied by cp.async into the other of two stages while this one computes; U is
+// read into registers before W S is issued, so its latency hides behind the product.
+#pragma once
+
+#include "delta_bwd_common.cuh"
+#include "delta_bwd_params.h"
+
+namespace linac::kernels::cuda::hopper {
+
+template <class T, int DK, int BV>
+struct DeltaBwdForwardStateTiles {
+  static constexpr int C = kChunk;
+  using Wk = RowTile<T, C, DK, 2>;          // w, k: [t, d], two stages
+  using Kt = Transposed<Wk, C, DK, 2>;      // k as (d, t)
+  using Xs = ColTile<T, BV, C>;             // D exp(b_last - b): (v, t)
+  using S = ColTile<T, BV, DK>;             // S: (v, d)
+  using MmaWS = WarpgroupMma<T, C, BV, DK, GMMA::Major::K, GMMA::Major::MN>;   // W S
+  using MmaKX = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>;  // K^T X
+
+  struct Smem {
+    alignas(1024) T w[cosize_v<Wk>];
+    alignas(1024) T k[cosize_v<Wk>];
+    alignas(1024) T xs[cosize_v<Xs>];
+    alignas(1024) T s[cosize_v<S>];
+    float g[2][C];
+    double b[C];
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+template <class T, int DK, int BV, class Decay>
+__global__ void __launch_bounds__(kWarpgroupThreads, 2)
+    deltaBwdForwardStateKernel(const DeltaBackwardParams p) {
+  using Tiles = DeltaBwdForwardStateTiles<T, DK, BV>;
+  using MmaWS = typename Tiles::MmaWS;
+  using MmaKX = typename Tiles::MmaKX;
+  constexpr int C = Tiles::C;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
+
+  const int tid = threadIdx.x;
+  const int h = blockIdx.y, n = blockIdx.z, H = p.heads, DV = p.value_dim, v0 = blockIdx.x * BV;
+  int64_t bos, len, coff;
+  seqInfo<C>(p, n, bos, len, coff);
+  const int numChunks = int((len + C - 1) / C);
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const T* w = static_cast<const T*>(p.w);
+  const T* k = static_cast<const T*>(p.k);
+  T* states = static_cast<T*>(p.states);
+
+  const auto tW = smemTile(sm.w, typename Tiles::Wk{});    // (C, DK, 2)
+  const auto tK = smemTile(sm.k, typename Tiles::Wk{});    // (C, DK, 2)
+  const auto tKt = smemTile(sm.k, typename Tiles::Kt{});   // (DK, C, 2)
+  const auto tXs = smemTile(sm.xs, typename Tiles::Xs{});  // (BV, C)
+  const auto tS = smemTile(sm.s, typename Tiles::S{});     // (BV, DK)
+
+  MmaWS mmaWS;
+  MmaKX mmaKX;
+  auto thrWS = mmaWS.get_thread_slice(tid);
+  auto thrKX = mmaKX.get_thread_slice(tid);
+  Tensor fW = thrWS.partition_fragment_A(tW.tensor());  // (MMA, M, K, stage)
+  Tensor fS = thrWS.partition_fragment_B(tS.tensor()(_, _, 0));
+  Tensor fKt = thrKX.partition_fragment_A(tKt.tensor());
+  Tensor fXs = thrKX.partition_fragment_B(tXs.tensor()(_, _, 0));
+  Tensor accX = partition_fragment_C(mmaWS, Shape<Int<C>, Int<BV>>{});
+  Tensor accS = partition_fragment_C(mmaKX, Shape<Int<DK>, Int<BV>>{});
+  const auto cX = accCoords<C, BV>(mmaWS);
+  const auto cS = accCoords<DK, BV>(mmaKX);
+
+  auto publishState = [&] {  // S's copy in the input dtype, (v, d) pairs from the accumulator
+    forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+      sts32(tS.at(v, d), pack2<T>(accS(i), accS(i + 1)));
+    });
+  };
+  const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
+  forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+    const float* h0 = p.h0 + stateOffset + int64_t(d) * DV + v;
+    accS(i) = p.h0 ? h0[0] : 0.f;
+    accS(i + 1) = p.h0 ? h0[1] : 0.f;
+  });
+  publishState();
+
+  auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  auto loadChunk = [&](int c, int stage) {
+    const int64_t tok0 = bos + int64_t(c) * C;
+    const int64_t off = tok0 * rowK + int64_t(h) * DK;
+    loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + off, rowK, rowsOf(c));
+    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + off, rowK, rowsOf(c));
+    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rowsOf(c), h, H);
+  };
+  if (numChunks > 0) loadChunk(0, 0);
+  copyCommit();
+
+  constexpr int kPairs = decltype(size(accX))::value / 2;
+  for (int c = 0; c < numChunks; ++c) {
+    const int stage = c & 1, rows = rowsOf(c);
+    const int64_t tok0 = bos + int64_t(c) * C;
+    copyWait<0>();
+    fenceToAsyncProxy();  // this chunk's tiles and S's copy, for the tensor cores
+    __syncthreads();      // ... and every thread is done with the other stage
+    if (c + 1 < numChunks) loadChunk(c + 1, stage ^ 1);
+    copyCommit();
+    if (tid < 32) chunkCumsumDouble<Decay>(sm.b, sm.g[stage]);
+
+    T* slot = states + ((coff + c) * H + h) * int64_t(DK) * DV + v0;  // states[c] = S_c
+    forEachPair<MmaKX>(cS, [&](int i, int d, int v) {
+      *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(accS(i), accS(i + 1));
+    });
+    float* ud = p.ud + tok0 * rowV + int64_t(h) * DV + v0;
+    float2 u[kPairs];
+    forEachPair<MmaWS>(cX, [&](int i, int t, int v) {
+      u[i / 2] = t < rows ? *reinterpret_cast<const float2*>(ud + t * rowV + v) : make_float2(0.f, 0.f);
+    });
+
+    issue(accX);
+    gemm<true>(mmaWS, fW(_, _, _, stage), fS, accX);
+    commitAndWait(accX);
+    __syncthreads();  // b
+
+    forEachPair<MmaWS>(cX, [&](int i, int t, int v) {
+      const float d0 = u[i / 2].x - accX(i), d1 = u[i / 2].y - accX(i + 1);
+      if (t < rows) *reinterpret_cast<float2*>(ud + t * rowV + v) = make_float2(d0, d1);
+      const float f = decayTo<Decay>(sm.b, t);
+      sts32(tXs.at(v, t), pack2<T>(d0 * f, d1 * f));
+    });
+    if constexpr (Decay::kActive) {
+      const float fLast = decayFrom<Decay>(sm.b, C - 1);
+      CUTE_UNROLL
+      for (int i = 0; i < size(accS); ++i) accS(i) *= fLast;
+    }
+    fenceToAsyncProxy();
+    __syncthreads();
+
+    issue(accS);
+    gemm<false>(mmaKX, fKt(_, _, _, stage), fXs, accS);
+    commitAndWait(accS);
+    publishState();  // every read of S_c completed before the barrier above
+  }
+}
+
+}  // namespace linac::kernels::cuda::hopper

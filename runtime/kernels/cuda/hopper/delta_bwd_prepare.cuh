@@ -1,0 +1,193 @@
+// Hopper backward of the delta rule, stage 1 (preparation): chunk-parallel, one CTA (one warpgroup)
+// per (chunk slot, head); nothing here depends on the state. With b the chunk's cumulative
+// log-decay (delta_bwd_common.cuh), Gam_ts = exp(b_t - b_s) for s <= t:
+//   L   = diag(beta) strict_tril((K K^T) . Gam)             K K^T on wgmma, L in fp32 shared memory
+//   X   = (I + L)^-1                                          column substitution in fp32 (one thread
+//                                                            per column, as delta_prepare.cuh)
+//   Tm  = X diag(beta),  W = X diag(beta exp(b)) K,  U = Tm V
+//   A'  = scale tril((Q K^T) . Gam),  dD_local = A'^T dO     (the readout's part of dD)
+// Written: X [slots, H, C, C] fp32 (the WY backward, stage 5, needs it again), W in the input dtype,
+// U and dD_local in fp32. U's product takes Tm as hi + lo (two wgmma): the host transcription
+// measured dg at 7e-3 (gate 5e-3) with a bf16 Tm or U; W stays one bf16 product, as the forward's.
+#pragma once
+
+#include "delta_bwd_common.cuh"
+#include "delta_bwd_params.h"
+
+namespace linac::kernels::cuda::hopper {
+
+template <class T, int DK, int DV>
+struct DeltaBwdPrepareTiles {
+  static constexpr int C = kChunk;
+  static constexpr int VB = 64;                        // value block of U and dD_local
+  static constexpr int kValueBlocks = DV / VB;
+  using K = RowTile<T, C, DK>;                         // k, q: [t, d]
+  using Kt = Transposed<K, C, DK>;                     // k as (d, t)
+  using V = ColTile<T, VB, C, kValueBlocks>;           // v, d_o: (v, t, value block)
+  using Sq = RowTile<T, C, C>;                         // Tm (hi, lo), X diag(beta exp b), A': [t, s]
+  using SqT = Transposed<Sq, C, C>;                    // A' as (s, t)
+
+  using MmaKK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;    // K K^T, Q K^T
+  using MmaW = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // W
+  using MmaU = WarpgroupMma<T, C, VB, C, GMMA::Major::K, GMMA::Major::MN>;    // U
+  using MmaAtO = WarpgroupMma<T, C, VB, C, GMMA::Major::MN, GMMA::Major::MN>; // A'^T dO
+
+  static constexpr int kLdL = C + 4;  // rows of L in 16-byte vectors
+  struct Smem {
+    alignas(1024) T k[cosize_v<K>];
+    alignas(1024) T q[cosize_v<K>];
+    alignas(1024) T v[cosize_v<V>];
+    alignas(1024) T o[cosize_v<V>];
+    alignas(1024) T tmHi[cosize_v<Sq>];
+    alignas(1024) T tmLo[cosize_v<Sq>];
+    alignas(1024) T tw[cosize_v<Sq>];
+    alignas(1024) T ap[cosize_v<Sq>];
+    alignas(16) float l[C * kLdL];
+    DeltaChunkScalars cs;
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+template <class T, int DK, int DV, class Decay>
+__global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const DeltaBackwardParams p) {
+  using Tiles = DeltaBwdPrepareTiles<T, DK, DV>;
+  using MmaKK = typename Tiles::MmaKK;
+  constexpr int C = Tiles::C, VB = Tiles::VB;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
+
+  int n;
+  int64_t bos, len, chunk, coff;
+  if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
+  const int tid = threadIdx.x, h = blockIdx.y, H = p.heads;
+  const int64_t tok0 = bos + chunk * C;
+  const int rows = int(len - chunk * C < C ? len - chunk * C : C);
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+
+  const auto tK = smemTile(sm.k, typename Tiles::K{});      // (C, DK)
+  const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C)
+  const auto tQ = smemTile(sm.q, typename Tiles::K{});      // (C, DK)
+  const auto tV = smemTile(sm.v, typename Tiles::V{});      // (VB, C, value block)
+  const auto tO = smemTile(sm.o, typename Tiles::V{});      // (VB, C, value block)
+  const auto tTmHi = smemTile(sm.tmHi, typename Tiles::Sq{});
+  const auto tTmLo = smemTile(sm.tmLo, typename Tiles::Sq{});
+  const auto tTw = smemTile(sm.tw, typename Tiles::Sq{});
+  const auto tAp = smemTile(sm.ap, typename Tiles::Sq{});
+  const auto tApT = smemTile(sm.ap, typename Tiles::SqT{});
+
+  loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+  loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
+  CUTE_UNROLL
+  for (int j = 0; j < Tiles::kValueBlocks; ++j) {
+    loadTile<true, C, VB, kWarpgroupThreads>(tV, j, static_cast<const T*>(p.v) + offV + j * VB, rowV,
+                                             rows);
+    loadTile<true, C, VB, kWarpgroupThreads>(tO, j, static_cast<const T*>(p.d_o) + offV + j * VB,
+                                             rowV, rows);
+  }
+  stageDeltaScalars<Decay>(sm.cs, p.g, p.beta, tok0, rows, h, H);
+  copyCommit();
+  copyWait<0>();
+  fenceToAsyncProxy();
+  __syncthreads();
+  if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
+
+  // K K^T and Q K^T in one batch.
+  MmaKK mmaKK;
+  auto thrKK = mmaKK.get_thread_slice(tid);
+  Tensor accG = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});
+  Tensor accA = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});
+  Tensor fK = thrKK.partition_fragment_B(tK.tensor()(_, _, 0));
+  issue(accG, accA);
+  gemm<true>(mmaKK, thrKK.partition_fragment_A(tK.tensor()(_, _, 0)), fK, accG);
+  gemm<true>(mmaKK, thrKK.partition_fragment_A(tQ.tensor()(_, _, 0)), fK, accA);
+  commitAndWait(accG, accA);
+  __syncthreads();  // b
+
+  forEachPair<MmaKK>(accCoords<C, C>(mmaKK), [&](int i, int t, int s) {
+    const float bt = sm.cs.beta[t];
+    const float g0 = decayRatio<Decay>(sm.cs.b, t, s), g1 = decayRatio<Decay>(sm.cs.b, t, s + 1);
+    *reinterpret_cast<float2*>(&sm.l[t * Tiles::kLdL + s]) =
+        make_float2(s < t ? bt * accG(i) * g0 : 0.f, s + 1 < t ? bt * accG(i + 1) * g1 : 0.f);
+    sts32(tAp.at(t, s), pack2<T>(p.scale * accA(i) * g0, p.scale * accA(i + 1) * g1));
+  });
+  __syncthreads();
+
+  T* w = static_cast<T*>(p.w);
+  float* xOut = p.x + (int64_t(blockIdx.x) * H + h) * (C * C);  // [C, C]
+  if (tid < C) {  // column j = tid of X = (I + L)^-1; every thread reads the same row of L
+    const int j = tid;
+    float x[C];
+    CUTE_UNROLL
+    for (int i = 0; i < C; ++i) {
+      float s = 0.f;
+      const float4* row = reinterpret_cast<const float4*>(&sm.l[i * Tiles::kLdL]);
+      CUTE_UNROLL
+      for (int e4 = 0; e4 < (i + 3) / 4; ++e4) {
+        const float4 a4 = row[e4];
+        s += a4.x * x[4 * e4];
+        if (4 * e4 + 1 < i) s += a4.y * x[4 * e4 + 1];
+        if (4 * e4 + 2 < i) s += a4.z * x[4 * e4 + 2];
+        if (4 * e4 + 3 < i) s += a4.w * x[4 * e4 + 3];
+      }
+      x[i] = (i == j ? 1.f : 0.f) - s;
+    }
+    const float bj = sm.cs.beta[j], fj = bj * decayFrom<Decay>(sm.cs.b, j);
+    CUTE_UNROLL
+    for (int i = 0; i < C; ++i) {
+      xOut[i * C + j] = x[i];
+      const float tm = x[i] * bj;
+      const T hi(tm);
+      sts16(tTmHi.at(i, j), hi.raw());
+      sts16(tTmLo.at(i, j), pack1<T>(tm - float(hi)));
+      sts16(tTw.at(i, j), pack1<T>(x[i] * fj));
+    }
+  }
+  fenceToAsyncProxy();
+  __syncthreads();
+
+  {  // W = X diag(beta exp(b)) K
+    typename Tiles::MmaW mma;
+    auto thr = mma.get_thread_slice(tid);
+    Tensor acc = partition_fragment_C(mma, Shape<Int<C>, Int<DK>>{});
+    issue(acc);
+    gemm<true>(mma, thr.partition_fragment_A(tTw.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tKt.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+    forEachPair<typename Tiles::MmaW>(accCoords<C, DK>(mma), [&](int i, int t, int d) {
+      if (t < rows)
+        *reinterpret_cast<uint32_t*>(w + offK + t * rowK + d) = pack2<T>(acc(i), acc(i + 1));
+    });
+  }
+
+  // Per value block: U = (Tm_hi + Tm_lo) V and dD_local = A'^T dO, fp32.
+  typename Tiles::MmaU mmaU;
+  typename Tiles::MmaAtO mmaO;
+  auto thrU = mmaU.get_thread_slice(tid);
+  auto thrO = mmaO.get_thread_slice(tid);
+  Tensor fTmHi = thrU.partition_fragment_A(tTmHi.tensor()(_, _, 0));
+  Tensor fTmLo = thrU.partition_fragment_A(tTmLo.tensor()(_, _, 0));
+  Tensor fV = thrU.partition_fragment_B(tV.tensor());  // (MMA, N, K, value block)
+  Tensor fApT = thrO.partition_fragment_A(tApT.tensor()(_, _, 0));
+  Tensor fO = thrO.partition_fragment_B(tO.tensor());
+  Tensor accU = partition_fragment_C(mmaU, Shape<Int<C>, Int<VB>>{});
+  Tensor accO = partition_fragment_C(mmaO, Shape<Int<C>, Int<VB>>{});
+  const auto cU = accCoords<C, VB>(mmaU);
+  CUTE_UNROLL
+  for (int j = 0; j < Tiles::kValueBlocks; ++j) {
+    issue(accU, accO);
+    gemm<true>(mmaU, fTmHi, fV(_, _, _, j), accU);
+    gemm<false>(mmaU, fTmLo, fV(_, _, _, j), accU);
+    gemm<true>(mmaO, fApT, fO(_, _, _, j), accO);
+    commitAndWait(accU, accO);
+    forEachPair<typename Tiles::MmaU>(cU, [&](int i, int t, int c) {
+      if (t < rows) {
+        const int64_t e = offV + t * rowV + j * VB + c;
+        *reinterpret_cast<float2*>(p.ud + e) = make_float2(accU(i), accU(i + 1));
+        *reinterpret_cast<float2*>(p.dd + e) = make_float2(accO(i), accO(i + 1));
+      }
+    });
+  }
+}
+
+}  // namespace linac::kernels::cuda::hopper

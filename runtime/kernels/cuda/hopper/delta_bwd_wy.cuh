@@ -1,0 +1,309 @@
+// Hopper backward of the delta rule, stage 5 (the WY backward): one CTA of two warpgroups per
+// (chunk slot, head). From stage 1's X = (I + L)^-1, stage 3's dD, stage 4's dW, dk part and db
+// part, with Tm = X diag(beta), G = strict_tril((K K^T) . Gam), L = diag(beta) G:
+//   dTm = lower_incl(dW (K . exp(b))^T + dD V^T)                               warpgroup 0
+//   dv  = Tm^T dD                                                  (final)     warpgroup 1
+//   dL  = strict_lower(-X^T (dTm Tm^T)),  dM = dL . beta_t Gam                 warpgroup 0
+//   dk  = dk_part + diag(exp b) Tm^T dW + dM K + dM^T K            (final)     warpgroup 1
+//   dbeta_s = sum_t dTm_ts X_ts + sum_s' dL_ss' G_ss'                          (fixed-order sums)
+//   db_t   += k_t . exp(b_t) (Tm^T dW)_t + sum_s E_ts - sum_t' E_t't,  E = dL . L
+//   dg_t    = Z + sum_{t' >= t} db_t'                                          (in double)
+// Tm enters as hi + lo, and dD as hi + lo (Tm^T dD three wgmma, dD V^T two): with either rounded
+// to bf16 the host transcription measured dv at 3e-3 and dbeta at 8e-3 (gate 5e-3). dW, dTm, Y,
+// X (in X^T Y) and dM enter in the input dtype; the elementwise sums read X and G in fp32.
+#pragma once
+
+#include "delta_bwd_common.cuh"
+#include "delta_bwd_params.h"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kDeltaWyThreads = 2 * kWarpgroupThreads;
+
+template <class T, int DK, int DV>
+struct DeltaBwdWyTiles {
+  static constexpr int C = kChunk;
+  using Kw = RowTile<T, C, DK>;             // k, dW: [t, d]
+  using KwT = Transposed<Kw, C, DK>;        // (d, t)
+  using Vt = RowTile<T, C, DV>;             // v, dD (hi, lo): [t, v]
+  using VtT = Transposed<Vt, C, DV>;        // (v, t)
+  using Sq = RowTile<T, C, C>;              // Tm (hi, lo), X, dTm, Y, dM: [t, s]
+  using SqT = Transposed<Sq, C, C>;         // (s, t)
+
+  using MmaKK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;     // K K^T, dW K^T
+  using MmaVV = WarpgroupMma<T, C, C, DV, GMMA::Major::K, GMMA::Major::K>;     // dD V^T
+  using MmaSq = WarpgroupMma<T, C, C, C, GMMA::Major::K, GMMA::Major::K>;      // dTm Tm^T
+  using MmaSqT = WarpgroupMma<T, C, C, C, GMMA::Major::MN, GMMA::Major::MN>;   // X^T Y
+  using MmaTD = WarpgroupMma<T, C, DV, C, GMMA::Major::MN, GMMA::Major::MN>;   // Tm^T dD
+  using MmaTW = WarpgroupMma<T, C, DK, C, GMMA::Major::MN, GMMA::Major::MN>;   // Tm^T dW, dM^T K
+  using MmaMK = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // dM K
+
+  static constexpr int kLd = C + 4;  // fp32 [C, C] rows in shared memory
+  struct Smem {
+    alignas(1024) T k[cosize_v<Kw>];
+    alignas(1024) T dw[cosize_v<Kw>];
+    alignas(1024) T v[cosize_v<Vt>];
+    alignas(1024) T ddHi[cosize_v<Vt>];
+    alignas(1024) T ddLo[cosize_v<Vt>];
+    alignas(1024) T tmHi[cosize_v<Sq>];
+    alignas(1024) T tmLo[cosize_v<Sq>];
+    alignas(1024) T x[cosize_v<Sq>];
+    alignas(1024) T dtm[cosize_v<Sq>];
+    alignas(1024) T y[cosize_v<Sq>];
+    alignas(1024) T dm[cosize_v<Sq>];
+    alignas(16) float xf[C * kLd];   // X in fp32
+    alignas(16) float scr[C * kLd];  // dTm . X, then E
+    DeltaChunkScalars cs;
+    float dbeta[C];  // sum_t dTm_ts X_ts (columns)
+    float dlg[C];    // sum_s dL_ts G_ts (rows)
+    float db[C];     // k_t . exp(b_t) (Tm^T dW)_t, then db_t
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+template <class T, int DK, int DV, class Decay>
+__global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const DeltaBackwardParams p) {
+  using Tiles = DeltaBwdWyTiles<T, DK, DV>;
+  constexpr int C = Tiles::C, kThreads = kDeltaWyThreads, kLd = Tiles::kLd;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
+
+  int n;
+  int64_t bos, len, chunk, coff;
+  if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
+  const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
+  const int h = blockIdx.y, H = p.heads;
+  const int64_t tok0 = bos + chunk * C;
+  const int rows = int(len - chunk * C < C ? len - chunk * C : C);
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+  const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
+
+  const auto tK = smemTile(sm.k, typename Tiles::Kw{});
+  const auto tKt = smemTile(sm.k, typename Tiles::KwT{});
+  const auto tDw = smemTile(sm.dw, typename Tiles::Kw{});
+  const auto tDwT = smemTile(sm.dw, typename Tiles::KwT{});
+  const auto tV = smemTile(sm.v, typename Tiles::Vt{});
+  const auto tDdHi = smemTile(sm.ddHi, typename Tiles::Vt{});
+  const auto tDdLo = smemTile(sm.ddLo, typename Tiles::Vt{});
+  const auto tDdHiT = smemTile(sm.ddHi, typename Tiles::VtT{});
+  const auto tDdLoT = smemTile(sm.ddLo, typename Tiles::VtT{});
+  const auto tTmHi = smemTile(sm.tmHi, typename Tiles::Sq{});
+  const auto tTmLo = smemTile(sm.tmLo, typename Tiles::Sq{});
+  const auto tTmHiT = smemTile(sm.tmHi, typename Tiles::SqT{});
+  const auto tTmLoT = smemTile(sm.tmLo, typename Tiles::SqT{});
+  const auto tX = smemTile(sm.x, typename Tiles::Sq{});
+  const auto tXT = smemTile(sm.x, typename Tiles::SqT{});
+  const auto tDtm = smemTile(sm.dtm, typename Tiles::Sq{});
+  const auto tY = smemTile(sm.y, typename Tiles::Sq{});
+  const auto tYT = smemTile(sm.y, typename Tiles::SqT{});
+  const auto tDm = smemTile(sm.dm, typename Tiles::Sq{});
+  const auto tDmT = smemTile(sm.dm, typename Tiles::SqT{});
+
+  loadTile<false, C, DK, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+  loadTile<false, C, DK, kThreads>(tDw, 0, static_cast<const T*>(p.dw) + offK, rowK, rows);
+  loadTile<false, C, DV, kThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
+  stageDeltaScalars<Decay>(sm.cs, p.g, p.beta, tok0, rows, h, H);
+  copyCommit();
+  loadSplitRows<C, DV, kThreads, true>(tDdHi, tDdLo, p.dd + offV, rowV, rows, tid);
+  __syncthreads();  // beta
+  {  // X: fp32 copy, Tm = X diag(beta) as hi + lo, X in the input dtype
+    const float* xIn = p.x + (int64_t(blockIdx.x) * H + h) * (C * C);  // [C, C]
+    for (int i = tid; i < C * C / 4; i += kThreads) {
+      const int t = i / (C / 4), s = (i % (C / 4)) * 4;
+      const float4 x = *reinterpret_cast<const float4*>(xIn + t * C + s);
+      *reinterpret_cast<float4*>(&sm.xf[t * kLd + s]) = x;
+      uint32_t h0, l0, h1, l1;
+      splitPack2<T>(x.x * sm.cs.beta[s], x.y * sm.cs.beta[s + 1], h0, l0);
+      splitPack2<T>(x.z * sm.cs.beta[s + 2], x.w * sm.cs.beta[s + 3], h1, l1);
+      sts32(tTmHi.at(t, s), h0);
+      sts32(tTmHi.at(t, s + 2), h1);
+      sts32(tTmLo.at(t, s), l0);
+      sts32(tTmLo.at(t, s + 2), l1);
+      sts32(tX.at(t, s), pack2<T>(x.x, x.y));
+      sts32(tX.at(t, s + 2), pack2<T>(x.z, x.w));
+    }
+  }
+  copyWait<0>();
+  __syncthreads();  // g
+  if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
+  fenceToAsyncProxy();
+  __syncthreads();  // b, every tile
+
+  using MmaKK = typename Tiles::MmaKK;
+  using MmaTW = typename Tiles::MmaTW;
+  MmaKK mmaKK;
+  Tensor accG = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});  // G (wg 0)
+  Tensor accT = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});  // dTm, then dL (wg 0)
+  const auto cC = accCoords<C, C>(mmaKK);
+  MmaTW mmaTW;
+  Tensor accK = partition_fragment_C(mmaTW, Shape<Int<C>, Int<DK>>{});  // dk (wg 1)
+  const auto cK = accCoords<C, DK>(mmaTW);
+  const float* bt = sm.cs.beta;
+
+  // Phase 1: G and dTm (0); dv, then Tm^T dW and its row dots (1).
+  if (wg == 0) {
+    auto thr = mmaKK.get_thread_slice(wtid);
+    typename Tiles::MmaVV mmaVV;
+    auto thrV = mmaVV.get_thread_slice(wtid);
+    Tensor fK = thr.partition_fragment_B(tK.tensor()(_, _, 0));
+    issue(accG, accT);
+    gemm<true>(mmaKK, thr.partition_fragment_A(tK.tensor()(_, _, 0)), fK, accG);
+    gemm<true>(mmaKK, thr.partition_fragment_A(tDw.tensor()(_, _, 0)), fK, accT);
+    commitAndWait(accG, accT);
+    forEachPair<MmaKK>(cC, [&](int i, int t, int s) {
+      accG(i) = s < t ? accG(i) * decayRatio<Decay>(sm.cs.b, t, s) : 0.f;
+      accG(i + 1) = s + 1 < t ? accG(i + 1) * decayRatio<Decay>(sm.cs.b, t, s + 1) : 0.f;
+      accT(i) *= decayFrom<Decay>(sm.cs.b, s);
+      accT(i + 1) *= decayFrom<Decay>(sm.cs.b, s + 1);
+    });
+    Tensor fV = thrV.partition_fragment_B(tV.tensor()(_, _, 0));
+    issue(accT);
+    gemm<false>(mmaVV, thrV.partition_fragment_A(tDdHi.tensor()(_, _, 0)), fV, accT);
+    gemm<false>(mmaVV, thrV.partition_fragment_A(tDdLo.tensor()(_, _, 0)), fV, accT);
+    commitAndWait(accT);
+    forEachPair<MmaKK>(cC, [&](int i, int t, int s) {
+      const float d0 = s <= t ? accT(i) : 0.f, d1 = s + 1 <= t ? accT(i + 1) : 0.f;
+      sts32(tDtm.at(t, s), pack2<T>(d0, d1));
+      *reinterpret_cast<float2*>(&sm.scr[t * kLd + s]) =
+          make_float2(d0 * sm.xf[t * kLd + s], d1 * sm.xf[t * kLd + s + 1]);
+    });
+  } else {
+    typename Tiles::MmaTD mmaTD;
+    auto thr = mmaTD.get_thread_slice(wtid);
+    Tensor accV = partition_fragment_C(mmaTD, Shape<Int<C>, Int<DV>>{});
+    Tensor fHi = thr.partition_fragment_A(tTmHiT.tensor()(_, _, 0));
+    Tensor fDdHi = thr.partition_fragment_B(tDdHiT.tensor()(_, _, 0));
+    issue(accV);
+    gemm<true>(mmaTD, fHi, fDdHi, accV);
+    gemm<false>(mmaTD, thr.partition_fragment_A(tTmLoT.tensor()(_, _, 0)), fDdHi, accV);
+    gemm<false>(mmaTD, fHi, thr.partition_fragment_B(tDdLoT.tensor()(_, _, 0)), accV);
+    commitAndWait(accV);
+    if (p.dv) {
+      T* dv = static_cast<T*>(p.dv) + offV;
+      forEachPair<typename Tiles::MmaTD>(accCoords<C, DV>(mmaTD), [&](int i, int s, int c) {
+        if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(accV(i), accV(i + 1));
+      });
+    }
+    auto thrW = mmaTW.get_thread_slice(wtid);
+    Tensor fDwT = thrW.partition_fragment_B(tDwT.tensor()(_, _, 0));
+    issue(accK);
+    gemm<true>(mmaTW, thrW.partition_fragment_A(tTmHiT.tensor()(_, _, 0)), fDwT, accK);
+    gemm<false>(mmaTW, thrW.partition_fragment_A(tTmLoT.tensor()(_, _, 0)), fDwT, accK);
+    commitAndWait(accK);
+    const int r0 = get<0>(cK(0));
+    float s0 = 0.f, s1 = 0.f;  // k_s . exp(b_s) (Tm^T dW)_s for rows r0, r0 + 8
+    forEachPair<MmaTW>(cK, [&](int i, int s, int d) {
+      const float f = decayFrom<Decay>(sm.cs.b, s);
+      accK(i) *= f;
+      accK(i + 1) *= f;
+      const float2 kk = unpack2<T>(lds32(tK.at(s, d)));
+      const float part = accK(i) * kk.x + accK(i + 1) * kk.y;
+      if (s == r0) s0 += part;
+      else s1 += part;
+    });
+    s0 = quadRowSum(s0);
+    s1 = quadRowSum(s1);
+    if ((wtid & 3) == 0) {
+      sm.db[r0] = s0;
+      sm.db[r0 + 8] = s1;
+    }
+  }
+  fenceToAsyncProxy();
+  __syncthreads();  // dTm, dTm . X
+
+  // Phase 2: Y = dTm Tm^T (0); column sums of dTm . X (1).
+  if (wg == 0) {
+    typename Tiles::MmaSq mma;
+    auto thr = mma.get_thread_slice(wtid);
+    Tensor acc = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
+    issue(acc);
+    gemm<true>(mma, thr.partition_fragment_A(tDtm.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tTmHi.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+    forEachPair<typename Tiles::MmaSq>(cC, [&](int i, int t, int u) {
+      sts32(tY.at(t, u), pack2<T>(acc(i), acc(i + 1)));
+    });
+  } else if (wtid < C) {
+    const int s = wtid;
+    float a = 0.f;
+    for (int t = s; t < C; ++t) a += sm.scr[t * kLd + s];
+    sm.dbeta[s] = a;
+  }
+  fenceToAsyncProxy();
+  __syncthreads();  // Y; scr free
+
+  // Phase 3 (0): dL = -X^T Y (strict lower); dbeta rows, E, dM.
+  if (wg == 0) {
+    typename Tiles::MmaSqT mma;
+    auto thr = mma.get_thread_slice(wtid);
+    issue(accT);
+    gemm<true>(mma, thr.partition_fragment_A(tXT.tensor()(_, _, 0)),
+               thr.partition_fragment_B(tYT.tensor()(_, _, 0)), accT);
+    commitAndWait(accT);
+    const int r0 = get<0>(cC(0));
+    float s0 = 0.f, s1 = 0.f;  // sum_u dL_au G_au for rows r0, r0 + 8
+    forEachPair<MmaKK>(cC, [&](int i, int a, int u) {
+      const float l0 = u < a ? -accT(i) : 0.f, l1 = u + 1 < a ? -accT(i + 1) : 0.f;
+      const float part = l0 * accG(i) + l1 * accG(i + 1);
+      if (a == r0) s0 += part;
+      else s1 += part;
+      const float ba = bt[a];
+      *reinterpret_cast<float2*>(&sm.scr[a * kLd + u]) = make_float2(l0 * ba * accG(i), l1 * ba * accG(i + 1));
+      sts32(tDm.at(a, u), pack2<T>(l0 * ba * decayRatio<Decay>(sm.cs.b, a, u),
+                                   l1 * ba * decayRatio<Decay>(sm.cs.b, a, u + 1)));
+    });
+    s0 = quadRowSum(s0);
+    s1 = quadRowSum(s1);
+    if ((wtid & 3) == 0) {
+      sm.dlg[r0] = s0;
+      sm.dlg[r0 + 8] = s1;
+    }
+  }
+  fenceToAsyncProxy();
+  __syncthreads();  // dM, E
+
+  // Phase 4: dk (1); dbeta and db (0).
+  if (wg == 1) {
+    typename Tiles::MmaMK mmaMK;
+    auto thr = mmaMK.get_thread_slice(wtid);
+    auto thrT = mmaTW.get_thread_slice(wtid);
+    Tensor fKt = thr.partition_fragment_B(tKt.tensor()(_, _, 0));
+    issue(accK);
+    gemm<false>(mmaMK, thr.partition_fragment_A(tDm.tensor()(_, _, 0)), fKt, accK);
+    gemm<false>(mmaTW, thrT.partition_fragment_A(tDmT.tensor()(_, _, 0)),
+                thrT.partition_fragment_B(tKt.tensor()(_, _, 0)), accK);
+    commitAndWait(accK);
+    if (p.dk) {
+      const float* part = p.dkpart + offK;
+      T* dk = static_cast<T*>(p.dk) + offK;
+      forEachPair<MmaTW>(cK, [&](int i, int s, int d) {
+        if (s < rows) {
+          const float2 a = *reinterpret_cast<const float2*>(part + s * rowK + d);
+          *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accK(i) + a.x, accK(i + 1) + a.y);
+        }
+      });
+    }
+  } else if (wtid < C) {
+    const int t = wtid;
+    if (p.dbeta && t < rows) p.dbeta[(tok0 + t) * H + h] = sm.dbeta[t] + sm.dlg[t];
+    if (wantDg) {  // db_t: stage 4's part, k . exp(b) Tm^T dW, E's row minus its column
+      float e = 0.f;
+      for (int s = 0; s < t; ++s) e += sm.scr[t * kLd + s];
+      for (int a = t + 1; a < C; ++a) e -= sm.scr[a * kLd + t];
+      const float part = t < rows ? p.dbpart[(tok0 + t) * H + h] : 0.f;
+      sm.db[t] += part + e;
+    }
+  }
+  if (!wantDg) return;
+  __syncthreads();
+  if (tid == 0) {  // dg_t = Z + sum_{t' >= t} db_t' (reverse cumsum in double)
+    double acc = p.zpart[int64_t(blockIdx.x) * H + h];
+    for (int t = C - 1; t >= 0; --t) {
+      acc += sm.db[t];
+      if (t < rows) p.dg[(tok0 + t) * H + h] = float(acc);
+    }
+  }
+}
+
+}  // namespace linac::kernels::cuda::hopper
