@@ -1,6 +1,7 @@
 #include "tasks/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -24,6 +25,17 @@ std::vector<int64_t> contextsOf(const std::vector<RulerScore>& scores) {
 std::string fixed(double v, int decimals) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(decimals) << v;
+  return o.str();
+}
+
+/// Fixed point, or 4 significant digits in scientific form where fixed would not fit a cell
+/// (an untrained model's LAMBADA perplexity is astronomically large).
+std::string number(double v) {
+  constexpr double kLargest = 1e6;
+  constexpr int kDigits = 4;
+  if (std::abs(v) < kLargest) return fixed(v, kAccDecimals);
+  std::ostringstream o;
+  o << std::scientific << std::setprecision(kDigits - 1) << v;
   return o.str();
 }
 
@@ -58,14 +70,14 @@ void printRulerTable(std::ostream& out, const std::vector<RulerScore>& scores) {
 }
 
 void printZeroShotTable(std::ostream& out, const std::vector<ZeroShotResult>& results) {
+  constexpr int kWide = kCellWidth + 2;
   out << std::left << std::setw(kNameWidth) << "zero-shot" << std::right << std::setw(kCellWidth) << "docs"
-      << std::setw(kCellWidth) << "acc" << std::setw(kCellWidth) << "acc_norm" << std::setw(kCellWidth + 2)
-      << "perplexity" << "\n";
+      << std::setw(kCellWidth) << "acc" << std::setw(kCellWidth) << "acc_norm" << std::setw(kWide) << "perplexity"
+      << "\n";
   for (const ZeroShotResult& r : results) {
     out << std::left << std::setw(kNameWidth) << r.task << std::right << std::setw(kCellWidth) << r.examples
-        << std::setw(kCellWidth) << fixed(r.acc, kAccDecimals) << std::setw(kCellWidth)
-        << (r.accNorm ? fixed(*r.accNorm, kAccDecimals) : "-") << std::setw(kCellWidth + 2)
-        << (r.perplexity ? fixed(*r.perplexity, kAccDecimals) : "-") << "\n";
+        << std::setw(kCellWidth) << number(r.acc) << std::setw(kCellWidth) << (r.accNorm ? number(*r.accNorm) : "-")
+        << std::setw(kWide) << (r.perplexity ? number(*r.perplexity) : "-") << "\n";
   }
 }
 
