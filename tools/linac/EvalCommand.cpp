@@ -1,16 +1,19 @@
-// `linac eval RUN_DIR|CHECKPOINT --tasks ppl,mqar`: held-out perplexity and MQAR recall of a model
-// that `linac train` wrote. The model is rebuilt from the run directory's model.json and the
-// copies of its inputs (eval/run_model.h), not from the original spec files; a run directory
-// evaluates its newest intact checkpoint (a damaged one is skipped, saying so), a named
-// checkpoint must be intact.
+// `linac eval RUN_DIR|CHECKPOINT --tasks ppl,mqar,ruler,arc_easy,...`: held-out perplexity, MQAR
+// recall, RULER's synthetic tasks and zero-shot task files (EvalTasks.h) of a model that `linac
+// train` wrote. The model is rebuilt from the run directory's model.json and the copies of its
+// inputs (eval/run_model.h), not from the original spec files; a run directory evaluates its
+// newest intact checkpoint (a damaged one is skipped, saying so), a named checkpoint must be
+// intact. Every result is also appended, as one JSON line, to the run directory's eval.jsonl.
 #include "Args.h"
 #include "Commands.h"
+#include "EvalTasks.h"
 #include "KernelLookup.h"
 
 #include "data/data.h"
 #include "eval/eval.h"
 #include "eval/run_model.h"
 #include "model/model.h"
+#include "tasks/report.h"
 #include "trainer/trainer.h"
 
 #include <torch/torch.h>
@@ -49,8 +52,33 @@ bool isDirectory(const std::string& path) {
 }  // namespace
 
 int runEval(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2, {"tasks", "data", "device", "mqar-pairs", "examples", "seed"}, {});
+  Args args = parseArgs(argc, argv, 2,
+                        {"tasks", "data", "device", "mqar-pairs", "examples", "seed", "context", "task-dir", "haystack",
+                         "limit", "batch"},
+                        {});
   if (args.positional.size() != 1) throw UsageError("expected exactly one CHECKPOINT (a ckpt-*.pt file or a run directory)");
+  std::vector<std::string> taskNames;
+  {
+    std::stringstream ss(args.get("tasks", "ppl,mqar"));
+    for (std::string one; std::getline(ss, one, ',');) taskNames.push_back(one);
+  }
+  TaskPlan plan;
+  try {
+    plan = planTasks(taskNames, args.get("task-dir", ""));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  TaskSettings settings;
+  settings.contexts = parseList(args.get("context", "1024,2048,4096"), "context");
+  settings.examples = args.getInt("examples", 64);
+  settings.seed = static_cast<uint64_t>(args.getInt("seed", 1));
+  settings.limit = args.getInt("limit", 0);
+  settings.batch = args.getInt("batch", kEvalBatch);
+  settings.taskDir = args.get("task-dir", "");
+  if (settings.examples < 1 || settings.batch < 1 || settings.limit < 0)
+    throw UsageError("--examples and --batch must be >= 1, --limit >= 0");
+  for (int64_t c : settings.contexts)
+    if (c < 1) throw UsageError("--context: " + std::to_string(c) + " is not a positive length");
   std::string ckpt = args.positional[0];
   std::string dir = ckpt;
   if (isDirectory(ckpt)) {
@@ -65,9 +93,9 @@ int runEval(int argc, char** argv) {
   std::ifstream configFile(dir + "/config.json");
   if (!configFile)
     throw UsageError("cannot read " + dir + "/config.json (written by `linac train` in its run directory)");
-  const int64_t seqLen =
-      trainer::configFromJson(std::string(std::istreambuf_iterator<char>(configFile), std::istreambuf_iterator<char>()))
-          .seqLen;
+  const trainer::TrainConfig trained =
+      trainer::configFromJson(std::string(std::istreambuf_iterator<char>(configFile), std::istreambuf_iterator<char>()));
+  const int64_t seqLen = trained.seqLen;
   const std::string tok = run.inputs.tokenizer;
 
   const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
@@ -80,36 +108,49 @@ int runEval(int argc, char** argv) {
   std::cout << "linac eval " << ckpt << " (" << mc.linear.name << " " << mc.schedule.text << " " << mc.preset.name
             << ", step " << step << ", " << device << ")\n" << std::fixed << std::setprecision(4);
 
-  for (const std::string& task : [&] {
-         std::vector<std::string> t;
-         std::stringstream ss(args.get("tasks", "ppl,mqar"));
-         std::string one;
-         while (std::getline(ss, one, ',')) t.push_back(one);
-         return t;
-       }()) {
-    if (task == "ppl") {
-      if (tok == "none")
-        throw UsageError("--tasks ppl: " + dir + "/model.json describes a model trained with --task mqar (no "
-                         "tokenizer, no corpus); use --tasks mqar");
-      auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
-      data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)
-                                             : data::defaultCorpus(*tokenizer);
-      const int64_t n = corpus.heldOut.empty() ? 0 : (int64_t(corpus.heldOut.size()) - 1) / seqLen;
-      torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = corpus.heldOut[size_t(i * seqLen + t)];
-      auto r = eval::perplexity(forward, windows, kEvalBatch, dev);
-      std::cout << "ppl: held-out loss " << r.loss << " nats, perplexity " << r.ppl << " over " << r.tokens
-                << " tokens (" << corpus.description << ")\n";
-    } else if (task == "mqar") {
-      auto pairs = parseList(args.get("mqar-pairs", "2,4,8"), "mqar-pairs");
-      for (const auto& r : eval::mqar(forward, pairs, seqLen, mc.preset.vocab, args.getInt("examples", 64),
-                                      static_cast<uint64_t>(args.getInt("seed", 1)), dev))
-        std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries << " queries\n";
-    } else {
-      throw UsageError("unknown task '" + task + "'; valid: ppl, mqar");
+  std::vector<nlohmann::ordered_json> lines;
+  if (plan.ppl) {
+    if (tok == "none")
+      throw UsageError("--tasks ppl: " + dir + "/model.json describes a model trained with --task mqar (no "
+                       "tokenizer, no corpus); use --tasks mqar");
+    auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
+    data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)
+                                           : data::defaultCorpus(*tokenizer);
+    const int64_t n = corpus.heldOut.empty() ? 0 : (int64_t(corpus.heldOut.size()) - 1) / seqLen;
+    torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = corpus.heldOut[size_t(i * seqLen + t)];
+    auto r = eval::perplexity(forward, windows, kEvalBatch, dev);
+    std::cout << "ppl: held-out loss " << r.loss << " nats, perplexity " << r.ppl << " over " << r.tokens
+              << " tokens (" << corpus.description << ")\n";
+    lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}});
+  }
+  if (plan.mqar) {
+    auto pairs = parseList(args.get("mqar-pairs", "2,4,8"), "mqar-pairs");
+    for (const auto& r : eval::mqar(forward, pairs, seqLen, mc.preset.vocab, settings.examples, settings.seed, dev)) {
+      std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries << " queries\n";
+      lines.push_back({{"task", "mqar"}, {"pairs", r.pairs}, {"accuracy", r.accuracy}, {"queries", r.queries}});
     }
   }
+  if (!plan.ruler.empty() || !plan.zeroShot.empty()) {
+    if (tok == "none")
+      throw UsageError("--tasks: RULER and zero-shot tasks need text, and " + dir + "/model.json describes a model "
+                       "trained with --task mqar (no tokenizer); use --tasks mqar");
+    auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
+    tasks::FullForwardOptions options;
+    options.batch = settings.batch;
+    options.maxLength = mc.preset.maxSeqLen;  // zero-shot inputs are cut to it from the left, as lm-eval does
+    auto model = tasks::makeFullForwardModel(forward, dev, options);
+    const std::vector<std::string> haystack =
+        plan.ruler.empty() ? std::vector<std::string>{} : haystackWords(args.get("haystack", ""), trained.dataSource, *tokenizer);
+    for (auto& line : runTasks(plan, settings, *model, *tokenizer, haystack)) lines.push_back(std::move(line));
+  }
+  for (auto& line : lines) {
+    line["checkpoint"] = ckpt.substr(ckpt.find_last_of('/') == std::string::npos ? 0 : ckpt.find_last_of('/') + 1);
+    line["step"] = step;
+  }
+  tasks::appendJsonLines(dir + "/eval.jsonl", lines);
+  std::cout << "results appended to " << dir << "/eval.jsonl\n";
   return 0;
 }
 

@@ -25,8 +25,10 @@ void printUsage(std::ostream& os) {
         "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda] [--nproc N]\n"
         "             [--no-overlap] [--task lm|mqar] [--mqar-pairs N]\n"
         "                       build the hybrid model and train it (embedded corpus by default)\n"
-        "  eval CHECKPOINT [--tasks ppl,mqar] [--data PATH] [--mqar-pairs 2,4,8]\n"
-        "                       held-out perplexity and MQAR recall of a trained model\n"
+        "  eval CHECKPOINT [--tasks ppl,mqar,ruler,arc_easy,...] [--data PATH] [--mqar-pairs 2,4,8]\n"
+        "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"
+        "              [--limit N] [--batch B]\n"
+        "                       perplexity, MQAR recall, RULER and zero-shot tasks of a trained model\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
