@@ -32,7 +32,7 @@
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
-# Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
+# Knobs (space-separated lists): VERIFY_SPECS, VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
 # (default: every op), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
@@ -109,13 +109,15 @@ prepare() {
   local lab_args=(--quick --no-bench) lab_pid=
   [ "${LAB:-quick}" = full ] && lab_args=(--no-bench)
   if [ "${LAB:-quick}" != none ]; then
-    OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
+    # half the cores: verify's float64 oracle runs beside this build
+    JOBS=8 OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
     lab_pid=$!
   fi
 
   : > "$OUT/verify.log"
   for n in $VERIFY_SPECS; do
-    phase 75 $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
+    # line-buffered, so a run cut by its budget still shows how far it got
+    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
     echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
     grep -E "FAIL" /tmp/verify_one.log | head -4
     cat /tmp/verify_one.log >> "$OUT/verify.log"
