@@ -12,5 +12,6 @@ int runVerify(int argc, char** argv);
 int runBench(int argc, char** argv);
 int runTrain(int argc, char** argv);
 int runEval(int argc, char** argv);
+int runSweep(int argc, char** argv);
 
 }  // namespace linac::cli

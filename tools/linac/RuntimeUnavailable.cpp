@@ -17,5 +17,6 @@ int runVerify(int, char**) { noRuntime("verify"); }
 int runBench(int, char**) { noRuntime("bench"); }
 int runTrain(int, char**) { noRuntime("train"); }
 int runEval(int, char**) { noRuntime("eval"); }
+int runSweep(int, char**) { noRuntime("sweep"); }
 
 }  // namespace linac::cli

@@ -29,6 +29,10 @@ void printUsage(std::ostream& os) {
         "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"
         "              [--limit N] [--batch B]\n"
         "                       perplexity, MQAR recall, RULER and zero-shot tasks of a trained model\n"
+        "  sweep --specs A.yaml,B.yaml [--schedules 3:1,pure,transformer] [--preset P] [--steps N]\n"
+        "        [--tasks ppl,mqar,...] [--seeds 1,2,3] [--out DIR] [--device cpu|cuda]\n"
+        "        [--train-args \"...\"] [--eval-args \"...\"] [--plots on|off]\n"
+        "                       train and evaluate the grid as one resumable folder; results table and plots\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -50,8 +54,9 @@ int main(int argc, char** argv) {
     if (command == "bench") return linac::cli::runBench(argc, argv);
     if (command == "train") return linac::cli::runTrain(argc, argv);
     if (command == "eval") return linac::cli::runEval(argc, argv);
+    if (command == "sweep") return linac::cli::runSweep(argc, argv);
     std::string hint =
-        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "help"});
+        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "sweep", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
