@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine (README.md's two commands, and CI through .ci/run).
-#   tools/dev.sh demo   install, build, compile every spec, print one's IR, train a tiny hybrid on the CPU
+#   tools/dev.sh demo   install, build linac, compile every spec, print one's IR, train a tiny hybrid on the CPU
 #   tools/dev.sh test   install, build, run the whole test suite and `linac compile --check`
 #   tools/dev.sh build  install and build only
 # Environment: BUILD_DIR (default build), JOBS (default 2), LINAC_SKIP_SETUP=1 to skip installs.
@@ -13,6 +13,7 @@ setup() {
   [ "${LINAC_SKIP_SETUP:-0}" = 1 ] || bash tools/setup.sh
 }
 
+# configure_and_build [TARGET...]: configure once, then build the targets named (default: all).
 configure_and_build() {
   local torch_prefix
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
@@ -22,7 +23,7 @@ configure_and_build() {
       -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
   fi
   local start=$SECONDS
-  ninja -C "$BUILD_DIR" -j "$JOBS"
+  ninja -C "$BUILD_DIR" -j "$JOBS" "$@"
   echo "build: $((SECONDS - start)) s"
 }
 
@@ -32,7 +33,8 @@ case "${1:-}" in
   demo)
     # The main job: compile every spec (to a scratch folder: generated/ is what the build uses),
     # show one's optimised IR, then train a tiny Gated DeltaNet 3:1 hybrid on the embedded corpus.
-    setup; configure_and_build
+    # Only the linac executable is built (no test targets): what the demo runs.
+    setup; configure_and_build linac
     out=$(mktemp -d)
     for spec in specs/*.yaml; do
       "$BUILD_DIR/bin/linac" compile "$spec" --out "$out" > /dev/null

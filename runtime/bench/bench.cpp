@@ -4,6 +4,7 @@
 #include "ops/recurrence_ops.h"
 #include "prologue/fused_recurrence.h"
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <iomanip>
@@ -189,6 +190,27 @@ std::vector<Timing> run(const spec::VariantSpec& spec, const runtime::VariantKer
   return out;
 }
 
+namespace {
+
+// One --json line: the call's settings and the timing (median_ms null when the op did not run).
+std::string jsonLine(const std::string& name, const Options& o, const Timing& t) {
+  nlohmann::ordered_json j;
+  j["variant"] = name;
+  j["op"] = t.what;
+  j["backend"] = o.backend;
+  j["dtype"] = o.dtype;
+  j["B"] = o.batch;
+  j["T"] = o.seqLen;
+  j["H"] = o.heads;
+  j["D"] = o.headDim;
+  j["median_ms"] = t.ran ? nlohmann::ordered_json(t.medianMs) : nlohmann::ordered_json(nullptr);
+  j["floor_ms"] = t.floorMs;
+  if (!t.ran) j["note"] = t.note;
+  return j.dump() + "\n";
+}
+
+}  // namespace
+
 void print(const std::string& name, const Options& o, const std::vector<Timing>& timings,
            std::ostream& os, std::ostream* json) {
   os << "linac bench " << name << " (" << o.backend << ", " << o.dtype << ", B=" << o.batch << " T=" << o.seqLen
@@ -205,11 +227,7 @@ void print(const std::string& name, const Options& o, const std::vector<Timing>&
     else
       os << std::setw(12) << "-" << std::setw(12) << t.floorMs << std::setw(10) << "-" << "  (" << t.note << ")\n";
     os << std::defaultfloat;
-    if (json)
-      *json << "{\"variant\": \"" << name << "\", \"op\": \"" << t.what << "\", \"backend\": \"" << o.backend
-            << "\", \"dtype\": \"" << o.dtype << "\", \"B\": " << o.batch << ", \"T\": " << o.seqLen
-            << ", \"H\": " << o.heads << ", \"D\": " << o.headDim << ", \"median_ms\": "
-            << (t.ran ? std::to_string(t.medianMs) : "null") << ", \"floor_ms\": " << t.floorMs << "}\n";
+    if (json) *json << jsonLine(name, o, t);
   }
 }
 

@@ -1,5 +1,6 @@
 // c10d process group from the environment, broadcast, sharded data, local launch.
 #include "distributed/distributed.h"
+#include "kernels/cpu/thread_pool.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -196,6 +198,10 @@ int launchLocalWorkers(int nproc, const std::vector<std::string>& args,
     vars["WORLD_SIZE"] = vars["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
     vars["MASTER_ADDR"] = "127.0.0.1";
     vars["MASTER_PORT"] = port;
+    // The ranks share this machine's cores: unless told otherwise, each rank's thread pools
+    // (LibTorch's and the CPU kernels') get an equal share, as torchrun's OMP_NUM_THREADS does.
+    if (!vars.count("OMP_NUM_THREADS"))
+      vars["OMP_NUM_THREADS"] = std::to_string(std::max<int64_t>(1, kernels::cpu::hardwareThreadCount() / nproc));
     for (const auto& [k, v] : extraEnv)
       vars[k] = v;
     auto& strings = envs[size_t(rank)];

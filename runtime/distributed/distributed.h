@@ -72,8 +72,9 @@ private:
 int freeLoopbackPort();
 
 /// Runs `nproc` copies of the running executable (/proc/self/exe) with `args` (args[0] is
-/// argv[0]) and RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port)
-/// plus `extraEnv` set; waits for all of them. When one fails, the others are sent SIGTERM.
+/// argv[0]) and RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
+/// OMP_NUM_THREADS (when not set: the cores divided by nproc, at least 1) plus `extraEnv` set;
+/// waits for all of them. When one fails, the others are sent SIGTERM.
 /// Returns 0 when all exit 0, else the first failing rank's exit code (128 + signal if killed).
 int launchLocalWorkers(int nproc, const std::vector<std::string>& args,
                        const std::map<std::string, std::string>& extraEnv = {});

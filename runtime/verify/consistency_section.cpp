@@ -3,6 +3,8 @@
 //   step:   the decode step applied token by token == the chunked forward (matrix state only)
 #include "verify/sections.h"
 
+#include <torch/utils.h>  // NoGradGuard
+
 namespace linac::verify::detail {
 namespace {
 

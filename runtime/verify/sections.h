@@ -4,7 +4,7 @@
 #include "ops/recurrence_ops.h"
 #include "verify/verify.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>  // Tensor, ScalarType, Device, the ATen functions (not the umbrella header)
 
 namespace linac::verify::detail {
 

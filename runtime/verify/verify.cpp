@@ -2,7 +2,9 @@
 
 #include "verify/sections.h"
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <iomanip>
 #include <random>

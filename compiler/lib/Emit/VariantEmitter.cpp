@@ -6,6 +6,8 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
@@ -23,6 +25,12 @@ std::string displayPath(const std::string& file) {
   std::string s = p.lexically_normal().string();
   if (auto pos = s.rfind("specs/"); pos != std::string::npos) return s.substr(pos);
   return p.filename().string();
+}
+
+/// manifest.json's text: two-space indentation; a path that is not UTF-8 keeps U+FFFD for its
+/// odd bytes (the manifest names the spec for people; the hash identifies it).
+std::string manifestText(const nlohmann::ordered_json& manifest) {
+  return manifest.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 std::string banner(const spec::VariantSpec& spec, const char* comment) {
@@ -116,15 +124,6 @@ void emitMap(ml::MapOp map, std::ostringstream& os, std::vector<RoleInfo>& roles
     os << "  return " << code.results.at(0) << ";\n";
   }
   os << "}\n\n";
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 /// `<name>_register.cpp`: loops the prologue functions over arrays and registers the variant
@@ -352,19 +351,22 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
                                                     const spec::VariantSpec& spec) {
   std::map<std::string, std::string> files;
   const std::string& name = spec.name;
-  std::ostringstream h, manifest;
+  std::ostringstream h;
 
   ml::VariantOp variant;
   for (auto v : module.getOps<ml::VariantOp>())
     if (v.getSymName() == name) variant = v;
 
   h << banner(spec, "//");
-  manifest << "{\n  \"name\": " << jsonString(name) << ",\n  \"spec\": "
-           << jsonString(displayPath(spec.file)) << ",\n  \"sha256\": " << jsonString(spec.hash) << ",\n";
+  nlohmann::ordered_json manifest;
+  manifest["name"] = name;
+  manifest["spec"] = displayPath(spec.file);
+  manifest["sha256"] = spec.hash;
   if (!variant) {
     // Full attention: no kernels of ours (SDPA), just the sizes.
-    manifest << "  \"kind\": \"attention\",\n  \"heads\": " << spec.heads << "\n}\n";
-    files[name + "/manifest.json"] = manifest.str();
+    manifest["kind"] = "attention";
+    manifest["heads"] = spec.heads;
+    files[name + "/manifest.json"] = manifestText(manifest);
     return files;
   }
 
@@ -402,33 +404,26 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
   for (auto map : variant.getBodyBlock().getOps<ml::MapOp>()) emitMap(map, h, roles);
   h << "}  // namespace linac::generated::" << name << "\n";
 
-  manifest << "  \"kind\": \"linear\",\n"
-           << "  \"state\": " << jsonString(ml::stringifyStateKind(rec.getState()).str()) << ",\n"
-           << "  \"decay_class\": " << jsonString(ml::stringifyDecayClass(rec.getDecayClass()).str()) << ",\n"
-           << "  \"update\": " << jsonString(ml::stringifyUpdateRule(rec.getUpdate()).str()) << ",\n"
-           << "  \"readout\": " << jsonString(ml::stringifyReadout(rec.getReadout()).str()) << ",\n"
-           << "  \"algorithm\": " << jsonString(ml::stringifyAlgorithm(rec.getAlgorithm()).str()) << ",\n"
-           << "  \"heads\": " << variant.getHeads() << ",\n"
-           << "  \"chunk\": " << variant.getChunk() << ",\n  \"inputs\": [";
-  bool first = true;
-  for (auto in : variant.getBodyBlock().getOps<ml::InputOp>()) {
-    manifest << (first ? "" : ",") << "\n    {\"name\": " << jsonString(in.getName().str())
-             << ", \"extent\": "
-             << jsonString(ml::stringifyExtent(llvm::cast<ml::FieldType>(in.getType()).getExtent()).str())
-             << "}";
-    first = false;
-  }
-  manifest << "\n  ],\n  \"params\": [";
-  first = true;
-  for (auto p : variant.getBodyBlock().getOps<ml::ParamOp>()) {
-    manifest << (first ? "" : ",") << "\n    {\"name\": " << jsonString(p.getName().str())
-             << ", \"extent\": "
-             << jsonString(ml::stringifyExtent(llvm::cast<ml::FieldType>(p.getType()).getExtent()).str())
-             << ", \"init\": " << jsonString(p.getInit() ? p.getInit()->str() : "zeros") << "}";
-    first = false;
-  }
-  manifest << "\n  ],\n  \"files\": [" << jsonString(name + ".h") << ", "
-           << jsonString(name + "_register.cpp") << ", " << jsonString(name + "_cuda.cu") << "]\n}\n";
+  manifest["kind"] = "linear";
+  manifest["state"] = ml::stringifyStateKind(rec.getState()).str();
+  manifest["decay_class"] = ml::stringifyDecayClass(rec.getDecayClass()).str();
+  manifest["update"] = ml::stringifyUpdateRule(rec.getUpdate()).str();
+  manifest["readout"] = ml::stringifyReadout(rec.getReadout()).str();
+  manifest["algorithm"] = ml::stringifyAlgorithm(rec.getAlgorithm()).str();
+  manifest["heads"] = variant.getHeads();
+  manifest["chunk"] = variant.getChunk();
+  manifest["inputs"] = nlohmann::ordered_json::array();
+  for (auto in : variant.getBodyBlock().getOps<ml::InputOp>())
+    manifest["inputs"].push_back(nlohmann::ordered_json{
+        {"name", in.getName().str()},
+        {"extent", ml::stringifyExtent(llvm::cast<ml::FieldType>(in.getType()).getExtent()).str()}});
+  manifest["params"] = nlohmann::ordered_json::array();
+  for (auto p : variant.getBodyBlock().getOps<ml::ParamOp>())
+    manifest["params"].push_back(nlohmann::ordered_json{
+        {"name", p.getName().str()},
+        {"extent", ml::stringifyExtent(llvm::cast<ml::FieldType>(p.getType()).getExtent()).str()},
+        {"init", p.getInit() ? p.getInit()->str() : "zeros"}});
+  manifest["files"] = {name + ".h", name + "_register.cpp", name + "_cuda.cu"};
 
   files[name + "/" + name + ".h"] = h.str();
   std::map<std::string, std::vector<std::string>> roleArgs;
@@ -437,7 +432,7 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module,
       planFusedRoles(spec, roleArgs, vector, rec.getDecayClass() == ml::DecayClass::none);
   files[name + "/" + name + "_register.cpp"] = registration(spec, roles, fused);
   files[name + "/" + name + "_cuda.cu"] = deviceMaps(spec, roles, fused);
-  files[name + "/manifest.json"] = manifest.str();
+  files[name + "/manifest.json"] = manifestText(manifest);
   return files;
 }
 

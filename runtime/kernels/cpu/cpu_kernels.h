@@ -1,6 +1,6 @@
 // CPU backend of the recurrence contract (runtime/kernels/common/recurrence.h): the same
 // chunkwise algorithm as the CUDA skeletons, in portable C++20 with fp32 accumulation and state.
-// Work is spread over (sequence, head) pairs with std::thread. Malformed calls throw
+// Work is spread over (sequence, head) pairs on one thread pool (thread_pool.h). Malformed calls throw
 // std::invalid_argument. Inputs q, k, v, d_o, x, d_h are read in `dtype`; outputs and gradients
 // of those tensors are written in `dtype` (bf16 / fp16 rounded to nearest even); g, beta, u and
 // states are fp32.

@@ -1,11 +1,9 @@
 #include "head_inputs.h"
 
+#include "thread_pool.h"
+
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 
 namespace linac::kernels::cpu {
 
@@ -105,30 +103,7 @@ HeadInputs loadHeadInputs(const RecurrenceKind& kind, const RecurrenceShape& sha
 }
 
 void parallelFor(int64_t count, const std::function<void(int64_t)>& body) {
-  const int64_t workers =
-      std::min<int64_t>(count, std::max<unsigned>(1u, std::thread::hardware_concurrency()));
-  if (workers <= 1) {
-    for (int64_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr first_error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (int64_t i = next++; i < count; i = next++) {
-      try {
-        body(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (auto& thread : threads) thread.join();
-  if (first_error) std::rethrow_exception(first_error);
+  cpuThreadPool()->run(count, body);
 }
 
 }  // namespace linac::kernels::cpu

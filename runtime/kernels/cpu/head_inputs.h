@@ -46,8 +46,8 @@ HeadInputs loadHeadInputs(const RecurrenceKind& kind, const RecurrenceShape& sha
                           const RecurrenceForwardArgs& args, DType dtype, int64_t sequence,
                           int64_t head);
 
-/// Runs body(i) for i in [0, count) on up to hardware_concurrency threads. The first exception
-/// thrown by a body is rethrown on the calling thread after all workers finish.
+/// Runs body(i) for i in [0, count) on the process's thread pool (thread_pool.h). The first
+/// exception thrown by a body is rethrown on the calling thread after every body has finished.
 void parallelFor(int64_t count, const std::function<void(int64_t)>& body);
 
 }  // namespace linac::kernels::cpu

@@ -7,6 +7,7 @@
 // the workers and trains the single-rank reference in-process.
 #include "distributed/distributed.h"
 #include "distributed/grad_reducer.h"
+#include "kernels/cpu/thread_pool.h"
 #include "trainer/trainer.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -181,6 +183,11 @@ std::string envOr(const char* name, const char* fallback) {
 int workerMain() {
   alarm(90);  // bounded whatever happens to the other rank (a hang fails the test, not ctest)
   const std::string mode = std::getenv("LINAC_DIST_TEST_WORKER");
+  if (mode == "threads") {  // the thread settings this rank was given, and its CPU pool's size
+    std::ofstream(std::string(std::getenv("LINAC_DIST_TEST_OUT")) + "/rank" + std::getenv("RANK") + ".txt")
+        << envOr("OMP_NUM_THREADS", "unset") << " " << kernels::cpu::cpuThreadPool()->size() << "\n";
+    return 0;
+  }
   auto ctx = distributed::initFromEnvironment(torch::kCPU);
   if (mode == "fail")
     return ctx.rank == 1 ? 3 : 0;
@@ -391,6 +398,37 @@ TEST(Distributed, LauncherReportsAFailingRank) {
   int rc = distributed::launchLocalWorkers(
       2, {gArgv0}, {{"LINAC_DIST_TEST_WORKER", "fail"}, {"LINAC_DIST_TIMEOUT_S", "30"}, {"OMP_NUM_THREADS", "1"}});
   EXPECT_EQ(rc, 3);
+  removeTree(dir);
+}
+
+// --nproc N gives each rank 1/N of the cores (OMP_NUM_THREADS, which sizes LibTorch's pool and
+// the CPU kernels' pool) unless OMP_NUM_THREADS is set, which is then kept.
+TEST(Distributed, LauncherSharesTheCoresAmongRanks) {
+  const fs::path dir = tempDir("threads");
+  const std::string given = envOr("OMP_NUM_THREADS", "");
+  ::unsetenv("OMP_NUM_THREADS");
+  const int rc = distributed::launchLocalWorkers(
+      2, {gArgv0}, {{"LINAC_DIST_TEST_WORKER", "threads"}, {"LINAC_DIST_TEST_OUT", dir.string()}});
+  if (!given.empty()) ::setenv("OMP_NUM_THREADS", given.c_str(), 1);
+  ASSERT_EQ(rc, 0);
+  const std::string share = std::to_string(std::max<int64_t>(1, kernels::cpu::hardwareThreadCount() / 2));
+  for (const char* rank : {"0", "1"}) {
+    std::ifstream f(dir / (std::string("rank") + rank + ".txt"));
+    std::string omp, pool;
+    f >> omp >> pool;
+    EXPECT_EQ(omp, share) << "rank " << rank;
+    EXPECT_EQ(pool, share) << "rank " << rank;
+  }
+  ASSERT_EQ(distributed::launchLocalWorkers(2, {gArgv0},
+                                            {{"LINAC_DIST_TEST_WORKER", "threads"},
+                                             {"LINAC_DIST_TEST_OUT", dir.string()},
+                                             {"OMP_NUM_THREADS", "3"}}),
+            0);
+  std::ifstream f(dir / "rank1.txt");
+  std::string omp, pool;
+  f >> omp >> pool;
+  EXPECT_EQ(omp, "3");
+  EXPECT_EQ(pool, "3");
   removeTree(dir);
 }
 

@@ -33,8 +33,8 @@ namespace td = linac::trainer::detail;
 namespace {
 
 std::vector<RunFile> modelFiles(int64_t hidden, const std::string& source = "/specs/tiny.yaml") {
-  return {RunFile{"model.json",
-                  "{\"preset\": {\"hidden\": " + std::to_string(hidden) + ", \"source\": \"" + source + "\"}}\n", true},
+  const nlohmann::ordered_json model = {{"preset", {{"hidden", hidden}, {"source", source}}}};
+  return {RunFile{"model.json", model.dump(2) + "\n", true},
           RunFile{"inputs/spec.yaml", "name: tiny\n", false}};
 }
 
