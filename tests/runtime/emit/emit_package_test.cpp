@@ -146,5 +146,26 @@ TEST(EmitPackage, BuildsInstallsAndMatchesTheOracleThroughFindPackage) {
     EXPECT_NE(log.find(refusal), std::string::npos) << "missing refusal '" << refusal << "' in:\n" << log;
 }
 
+TEST(EmitPackage, CudaBackendAddsTheCudaSourcesAndAttentionIsRefused) {
+  const TempDir work;
+  const std::string package = work / "package";
+  ASSERT_TRUE(run(std::string(LINAC_BIN) + " emit " + kSpec + " --out " + package + " --backends cpu,cuda",
+                  work / "emit.log"));
+  for (const char* file : {"kernels/cuda/cuda_kernels.h", "kernels/cuda/chunk_forward.cu",
+                           "kernels/cuda/hopper/forward.cu", "kernels/cpu/chunk_forward.cpp",
+                           "generated/gated_deltanet/gated_deltanet.h", "src/gated_deltanet_capi.cpp"})
+    EXPECT_TRUE(exists(package + "/" + file)) << file << " missing from a --backends cpu,cuda package";
+  EXPECT_NE(readText(package + "/CMakeLists.txt").find("option(LINAC_KERNELS_CUDA \"Build the CUDA backend\" ON)"),
+            std::string::npos);
+
+  const std::string refused = work / "attention";
+  const int status = std::system((std::string(LINAC_BIN) + " emit " + LINAC_SOURCE_DIR "/specs/attention.yaml --out " +
+                                  refused + " > " + (work / "attention.log") + " 2>&1")
+                                     .c_str());
+  EXPECT_NE(status, 0);
+  EXPECT_NE(readText(work / "attention.log").find("full attention, which has no linac kernels"), std::string::npos);
+  EXPECT_FALSE(exists(refused)) << "a refused emit wrote " << refused;
+}
+
 }  // namespace
 }  // namespace linac::test
