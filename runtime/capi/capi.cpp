@@ -83,6 +83,7 @@ struct Prepared {
 void prepare(const kernels::RecurrenceKind& kind, const RecurrenceInputs& in, Prepared& p) {
   const CallChecks& c = p.checks;
   const int64_t B = c.size(0), T = c.size(1), H = c.size(2), dk = c.size(3);
+  c.check(*in.q, "q", Element::Value, {{"B", B}, {"T", T}, {"H", H}, {"dk", dk}});
   c.check(c.required(in.k, "k"), "k", Element::Value, {{"B", B}, {"T", T}, {"H", H}, {"dk", dk}});
   const linac_tensor& v = c.required(in.v, "v");
   const int64_t dv = valueDim(c, v, 4);
@@ -206,6 +207,7 @@ linac_status recurrenceStep(const kernels::RecurrenceKind& kind, const StepTenso
   return guarded([&] {
     CallChecks c(step.function, step.q, "q", {"B", "H", "dk"});
     const int64_t B = c.size(0), H = c.size(1), dk = c.size(2);
+    c.check(*step.q, "q", Element::Value, {{"B", B}, {"H", H}, {"dk", dk}});
     c.check(c.required(step.k, "k"), "k", Element::Value, {{"B", B}, {"H", H}, {"dk", dk}});
     const linac_tensor& v = c.required(step.v, "v");
     const int64_t dv = valueDim(c, v, 3);
@@ -259,6 +261,7 @@ struct PreparedScan {
 void prepareScan(const ScanInputs& in, PreparedScan& p) {
   const CallChecks& c = p.checks;
   const int64_t B = c.size(0), T = c.size(1), D = c.size(2);
+  c.check(*in.x, "x", Element::Value, {{"B", B}, {"T", T}, {"D", D}});
   c.check(c.required(in.g, "g"), "g", Element::F32, {{"B", B}, {"T", T}, {"D", D}});
   int64_t N = B;
   if (in.cuSeqlens) {
@@ -345,6 +348,7 @@ linac_status scanStep(const char* function, const linac_tensor* x, const linac_t
     CallChecks c(function, x, "x", {"B", "D"});
     const int64_t B = c.size(0), D = c.size(1);
     const std::vector<Dim> shape{{"B", B}, {"D", D}};
+    c.check(*x, "x", Element::Value, shape);
     c.check(c.required(g, "g"), "g", Element::F32, shape);
     c.check(c.required(state, "state"), "state", Element::F32, shape);
     c.check(c.required(h, "h"), "h", Element::Value, shape);
@@ -370,9 +374,10 @@ LINAC_API linac_tensor linac_tensor_contiguous(void* data, linac_dtype dtype, li
   t.data = data;
   t.dtype = dtype;
   t.device = device;
-  t.ndim = ndim < 0 ? 0 : ndim > LINAC_MAX_DIMS ? LINAC_MAX_DIMS : ndim;
+  t.ndim = ndim;  // an ndim outside [0, LINAC_MAX_DIMS] is kept, and refused by every call
+  const int filled = ndim < 0 ? 0 : ndim > LINAC_MAX_DIMS ? LINAC_MAX_DIMS : ndim;
   int64_t stride = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
+  for (int i = filled - 1; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.strides[i] = stride;
     stride *= shape[i];
