@@ -6,6 +6,7 @@ namespace linac::cli {
 
 bool compilerAvailable();
 int runCompile(int argc, char** argv);
+int runEmit(int argc, char** argv);
 
 bool runtimeAvailable();
 int runVerify(int argc, char** argv);

@@ -16,6 +16,9 @@ void printUsage(std::ostream& os) {
         "  compile SPEC [--emit=spec|ir|ir-opt|cpp] [--schedule S] [--preset P] [--out DIR]\n"
         "                       compile a spec; print a stage or write generated/<variant>/\n"
         "  compile --check      regenerate every spec and diff with generated/\n"
+        "  emit SPEC... --out DIR [--backends cpu,cuda]\n"
+        "                       a source package of the specs' kernels: a shared library with a C API\n"
+        "                       and a CMake package (find_package(linac_kernels) -> linac::kernels)\n"
         "  verify SPEC [--backend cpu|cuda] [--shapes B,T,H,dk,dv[;...]] [--dtypes fp32,bf16]\n"
         "              [--seed N] [--chunk C]\n"
         "                       the spec's generated kernels against the float64 oracle\n"
@@ -50,13 +53,14 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   try {
     if (command == "compile") return linac::cli::runCompile(argc, argv);
+    if (command == "emit") return linac::cli::runEmit(argc, argv);
     if (command == "verify") return linac::cli::runVerify(argc, argv);
     if (command == "bench") return linac::cli::runBench(argc, argv);
     if (command == "train") return linac::cli::runTrain(argc, argv);
     if (command == "eval") return linac::cli::runEval(argc, argv);
     if (command == "sweep") return linac::cli::runSweep(argc, argv);
     std::string hint =
-        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "sweep", "help"});
+        linac::spec::closestMatch(command, {"compile", "emit", "verify", "bench", "train", "eval", "sweep", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {

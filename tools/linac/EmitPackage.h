@@ -1,0 +1,35 @@
+// `linac emit`'s package writer: a self-contained source folder that builds the kernels of some
+// variants into a shared library with a C API and installs it as a CMake package
+// (find_package(linac_kernels CONFIG) -> linac::kernels). What goes in:
+//   CMakeLists.txt, cmake/linac_kernelsConfig.cmake.in   (runtime/capi/package/)
+//   include/linac_capi.h (runtime/capi/), include/linac_kernels.h (EmitCApi)
+//   src/capi*.{h,cpp} (runtime/capi/), src/<variant>_capi.cpp (EmitCApi)
+//   generated/<variant>/<variant>.h                      (the compiled spec's header)
+//   kernels/common, kernels/cpu                           (runtime/kernels/)
+//   kernels/cuda (with hopper/) when the CUDA backend is asked for
+#pragma once
+
+#include "EmitCApi.h"
+
+#include <string>
+#include <vector>
+
+namespace linac::cli {
+
+/// One variant to package: its manifest and the text of its generated header.
+struct PackagedVariant {
+  CApiVariant api;
+  std::string header;  // generated/<name>/<name>.h
+};
+
+struct PackageOptions {
+  std::string outDir;     // created; must be absent or empty
+  std::string runtimeDir; // the repository's runtime/ (kernels/, capi/)
+  bool cuda = false;      // copy kernels/cuda and build it by default
+  std::string version;    // the package version, MAJOR.MINOR.PATCH
+};
+
+/// Writes the package. Throws std::runtime_error naming the path that failed.
+void writePackage(const std::vector<PackagedVariant>& variants, const PackageOptions& options);
+
+}  // namespace linac::cli
