@@ -147,8 +147,9 @@ std::shared_ptr<const TokenShards> TokenShards::open(const std::string& path, co
       if (set->tokenizer_.empty() && h.contains("tokenizer") && h["tokenizer"].is_object()) {
         const auto& t = h["tokenizer"];
         set->tokenizer_ = t.value("kind", "?") + " " + t.value("path", "?");
-        const std::string sha = t.value("sha256", "");
-        if (!sha.empty()) set->tokenizer_ += " (sha256 " + sha.substr(0, kShownHashChars) + "...)";
+        set->tokenizerSha256_ = t.value("sha256", "");
+        if (!set->tokenizerSha256_.empty())
+          set->tokenizer_ += " (sha256 " + set->tokenizerSha256_.substr(0, kShownHashChars) + "...)";
       }
       set->dtype_ = shardDtype;
       set->vocabSize_ = vocab;

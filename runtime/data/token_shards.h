@@ -51,6 +51,8 @@ class TokenShards {
   const std::string& dtype() const { return dtype_; }
   /// The first header's tokenizer, e.g. "sentencepiece bench/tokenizer32k.model (sha256 ab12...)".
   const std::string& tokenizer() const { return tokenizer_; }
+  /// The SHA-256 (hex) of the tokenizer file the first header names; empty when it names none.
+  const std::string& tokenizerSha256() const { return tokenizerSha256_; }
   /// "PATH: 3 shards, uint16, vocab 32000, 1234 documents, 567890 tokens".
   const std::string& description() const { return description_; }
 
@@ -71,6 +73,7 @@ class TokenShards {
   int64_t vocabSize_ = 0;
   std::string dtype_;
   std::string tokenizer_;
+  std::string tokenizerSha256_;
   std::string description_;
 };
 

@@ -6,14 +6,16 @@
 On generated paragraphs and a small SentencePiece model trained here: pretokenize (2 workers,
 several shards) -> linac_data_tests checks the shards hold exactly the ids linac's own
 SentencePiece reader makes of the text; `linac train --data SHARDS` refuses a model of another
-vocabulary and a --data-dtype the headers do not hold; a run resumed from its step-2 checkpoint
+vocabulary, another model of the same size and a --data-dtype the headers do not hold; a
+Hugging Face tokenizer.json's shards (from JSONL, uint32) hold its ids; a run resumed from its step-2 checkpoint
 logs the same losses for steps 3 and 4 as the run that went straight through, and that
-checkpoint records the data position (windows consumed). Needs the `sentencepiece` package.
+checkpoint records the data position (windows consumed). Needs `sentencepiece` and `tokenizers`.
 """
 import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -80,6 +82,42 @@ def main():
                             "--out", os.path.join(tmp, "dtype")], expect_rc=1)
         if "uint16 ids" not in dtype.stderr or "uint32 was asked for" not in dtype.stderr:
             sys.exit(f"FAIL: no dtype error\n{dtype.stderr}")
+
+        # A model of the same size trained on other text: the same vocabulary size, other pieces.
+        other_text = os.path.join(tmp, "other.txt")
+        with open(other_text, "w") as f:
+            f.write(text.upper())
+        sentencepiece.SentencePieceTrainer.train(input=other_text, model_prefix=model_prefix + "-other",
+                                                 vocab_size=VOCAB, model_type="bpe", minloglevel=2)
+        other = run(base + ["--tokenizer", model_prefix + "-other.model", "--steps", "1",
+                            "--out", os.path.join(tmp, "other")], expect_rc=1)
+        if "made with another tokenizer" not in other.stderr:
+            sys.exit(f"FAIL: no tokenizer mismatch error\n{other.stderr}")
+
+        # A Hugging Face tokenizer.json, JSONL input, uint32: the shards hold its ids, linac maps them.
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+        hf = Tokenizer(models.BPE(unk_token="<unk>"))
+        hf.pre_tokenizer = pre_tokenizers.Whitespace()
+        hf.train([text_path], trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "</s>"], show_progress=False))
+        hf_path = os.path.join(tmp, "tokenizer.json")
+        hf.save(hf_path)
+        jsonl = os.path.join(tmp, "docs.jsonl")
+        paragraphs = text.strip("\n").split("\n\n")
+        with open(jsonl, "w") as f:
+            for p in paragraphs:
+                f.write(json.dumps({"body": p}) + "\n")
+        hf_shards = os.path.join(tmp, "hf")
+        run([sys.executable, os.path.join(ROOT, "tools", "pretokenize.py"), jsonl, "--field", "body",
+             "--tokenizer", hf_path, "--dtype", "uint32", "--out", hf_shards])
+        with open(os.path.join(hf_shards, "shard-00000.bin"), "rb") as f:
+            got = list(struct.unpack(f"<{os.path.getsize(f.name) // 4}I", f.read()))
+        eos = hf.token_to_id("</s>")
+        expected = [i for e in hf.encode_batch(paragraphs, add_special_tokens=False) for i in e.ids + [eos]]
+        if got != expected:
+            sys.exit("FAIL: the tokenizer.json shard does not hold the tokenizer's ids")
+        hf_train = run(base[:-1] + [hf_shards, "--steps", "1", "--out", os.path.join(tmp, "hf-run")], expect_rc=1)
+        if "uint32" not in hf_train.stderr or "-entry vocabulary" not in hf_train.stderr:
+            sys.exit(f"FAIL: linac did not read the tokenizer.json shards' header\n{hf_train.stderr}")
 
         straight = os.path.join(tmp, "straight")
         trained = run(base + ["--tokenizer", model, "--steps", str(STEPS), "--log-every", "1",

@@ -59,6 +59,8 @@ constexpr int64_t kMqarHeldOut = 256;  // fixed held-out MQAR sequences scored a
 constexpr int64_t kDefaultEvalBatches = 50;
 /// The share of a text corpus's documents held out for evaluation.
 constexpr double kHeldOutFraction = 0.01;
+/// Hex digits of a SHA-256 shown in messages.
+constexpr size_t kShownHashChars = 12;
 
 /// [N, seqLen + 1] windows over the held-out tokens (consecutive windows share one token: the
 /// last target of one is the first input of the next), for evaluation.
@@ -72,6 +74,12 @@ torch::Tensor heldOutWindows(const std::vector<int64_t>& tokens, int64_t seqLen)
 bool isFile(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open for reading");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::string readText(const std::string& path) {
@@ -265,6 +273,14 @@ int runTrain(int argc, char** argv) {
                             std::to_string(shards->vocabSize()) + "-entry vocabulary, but the model's is " +
                             std::to_string(mc.preset.vocab) + " (tokenizer " + tokenizer->name() +
                             "); train with --tokenizer set to the SentencePiece model the shards were made with");
+    // The same size is not the same vocabulary: the SentencePiece model must be the shards' own.
+    if (in.tokenizer != "byte" && !shards->tokenizerSha256().empty()) {
+      const std::string actual = spec::sha256Hex(readBytes(in.tokenizer));
+      if (actual != shards->tokenizerSha256())
+        throw data::DataError(shards->description() + ": made with another tokenizer than " + in.tokenizer +
+                              " (its sha256 is " + actual.substr(0, kShownHashChars) +
+                              "...); train with the model the shards were made with");
+    }
   } else if (!mqarTask) {
     corpus = dataPath.empty() ? data::defaultCorpus(*tokenizer)
                               : data::loadCorpus(dataPath, *tokenizer, kHeldOutFraction, dataDtype.empty() ? "uint16" : dataDtype);
