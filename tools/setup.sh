@@ -11,6 +11,8 @@ APT_PACKAGES=(
   libgloo-dev  # headers c10d's ProcessGroupGloo includes (the torch wheel has Gloo built in)
 )
 TORCH_VERSION=2.11.0
+SENTENCEPIECE_VERSION=0.2.2
+TOKENIZERS_VERSION=0.22.2
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -32,6 +34,12 @@ fi
 if ! $PY -c "import matplotlib" 2>/dev/null; then
   echo "setup: installing matplotlib (linac sweep's plots)"
   $PY -m pip install -q matplotlib
+fi
+# tools/pretokenize.py: SentencePiece models and Hugging Face tokenizer.json files (Parquet input
+# uses pyarrow only when it is installed); the pretokenize-roundtrip test needs sentencepiece.
+if ! $PY -c "import sentencepiece, tokenizers" 2>/dev/null; then
+  echo "setup: installing sentencepiece and tokenizers (tools/pretokenize.py)"
+  $PY -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "tokenizers==$TOKENIZERS_VERSION"
 fi
 # lit and FileCheck drive the dialect tests; lit comes with llvm-22-tools, FileCheck too.
 echo "setup: ok"

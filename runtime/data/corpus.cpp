@@ -1,15 +1,11 @@
 // Corpus readers (.txt, .jsonl, .bin, directories of them) and the document-level held-out split.
 #include "data/data.h"
+#include "data/files.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <dirent.h>
-#include <sys/stat.h>
 
 #ifdef LINAC_HAVE_NLOHMANN_JSON
 #include <nlohmann/json.hpp>
@@ -19,29 +15,8 @@ namespace linac::data {
 namespace {
 
 using Documents = std::vector<std::vector<int64_t>>;
-
-// Files are found and read with POSIX calls, not std::filesystem: the PyPI libtorch.so exports its
-// own copies of std::filesystem::status, remove_all, ... which interpose on libstdc++'s in every
-// binary linking torch (its remove_all crashes there), so std::filesystem is not safe to call.
-std::string readWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw DataError(path + ": read error");
-  return std::move(buffer).str();
-}
-
-std::string lowerExtension(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const size_t dot = path.rfind('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) || dot == slash + 1) return "";
-  std::string ext = path.substr(dot);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext;
-}
-
-bool isCorpusExtension(const std::string& ext) { return ext == ".txt" || ext == ".jsonl" || ext == ".bin"; }
+using detail::lowerExtension;
+using detail::readWholeFile;
 
 void addTextDocument(const std::string& text, const Tokenizer& tokenizer, Documents& out) {
   std::vector<int64_t> ids = tokenizer.encode(text);
@@ -107,6 +82,10 @@ void readJsonl(const std::string& path, const Tokenizer& tokenizer, Documents& o
 // Pre-tokenized shard: little-endian ids, decoded byte by byte so the host's byte order does not
 // matter. Documents end after each separator id (the usual EOT-joined shard layout).
 void readBinary(const std::string& path, const Tokenizer& tokenizer, int width, Documents& out) {
+  const std::string header = path.substr(0, path.size() - lowerExtension(path).size()) + ".json";
+  if (detail::isRegularFile(header))
+    throw DataError(path + ": a token shard with a header (" + header +
+                    "): shards are read lazily by `linac train --data`, not loaded as a corpus");
   const std::string bytes = readWholeFile(path);
   if (bytes.size() % width != 0)
     throw DataError(path + ": " + std::to_string(bytes.size()) + " bytes is not a multiple of " +
@@ -136,25 +115,6 @@ void readFile(const std::string& path, const std::string& ext, const Tokenizer& 
     readJsonl(path, tokenizer, out);
   else
     readBinary(path, tokenizer, binWidth, out);
-}
-
-// Every corpus file below `dir` (following symlinks; hidden entries skipped), unsorted.
-void listCorpusFiles(const std::string& dir, std::vector<std::string>& out) {
-  DIR* handle = ::opendir(dir.c_str());
-  if (!handle) throw DataError(dir + ": cannot list directory: " + std::strerror(errno));
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(handle))
-    if (entry->d_name[0] != '.') names.emplace_back(entry->d_name);
-  ::closedir(handle);
-  for (const std::string& name : names) {
-    const std::string path = dir + "/" + name;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) continue;  // a dangling symlink
-    if (S_ISDIR(st.st_mode))
-      listCorpusFiles(path, out);
-    else if (S_ISREG(st.st_mode) && isCorpusExtension(lowerExtension(path)))
-      out.push_back(path);
-  }
 }
 
 void checkHeldOutFraction(double heldOutFraction) {
@@ -206,24 +166,7 @@ Corpus loadCorpus(const std::string& path, const Tokenizer& tokenizer, double he
     throw std::invalid_argument("binDtype must be \"uint16\" or \"uint32\", got \"" + binDtype + "\"");
   const int binWidth = binDtype == "uint16" ? 2 : 4;
 
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) throw DataError(path + ": no such file or directory");
-    throw DataError(path + ": " + std::strerror(errno));
-  }
-  std::vector<std::string> files;
-  if (S_ISDIR(st.st_mode)) {
-    std::string dir = path;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    listCorpusFiles(dir, files);
-    if (files.empty()) throw DataError(path + ": directory holds no .txt, .jsonl or .bin files");
-    std::sort(files.begin(), files.end());  // readdir order is unspecified
-  } else {
-    const std::string ext = lowerExtension(path);
-    if (!isCorpusExtension(ext))
-      throw DataError(path + ": unknown extension \"" + ext + "\" (expected .txt, .jsonl or .bin)");
-    files.push_back(path);
-  }
+  const std::vector<std::string> files = detail::corpusFiles(path);
 
   Documents documents;
   for (const std::string& file : files) readFile(file, lowerExtension(file), tokenizer, binWidth, documents);

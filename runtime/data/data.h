@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -88,7 +89,17 @@ std::vector<std::string> defaultCorpusDocuments();
 /// are (tokens - 1) / seqLen windows; tokensPerEpoch() = windows * seqLen (predicted tokens).
 /// Epoch e visits every window once, in an order fixed by (seed, e); batches run across epoch
 /// boundaries. Throws DataError when tokens hold fewer than seqLen + 1 ids.
-std::unique_ptr<TokenStream> makePackedStream(std::vector<int64_t> tokens, int64_t seqLen, uint64_t seed);
+/// Data parallel: rank `rank` of `worldSize` streams take, of every global batch of
+/// worldSize * b windows, rows [rank * b, (rank + 1) * b) (the ranks' rows are disjoint and
+/// together cover the global batch); position() counts global windows, the same on every rank.
+std::unique_ptr<TokenStream> makePackedStream(std::vector<int64_t> tokens, int64_t seqLen, uint64_t seed,
+                                              int rank = 0, int worldSize = 1);
+
+/// Copies ids [start, start + count) of a token sequence into dst.
+using TokenReader = std::function<void(int64_t start, int64_t count, int64_t* dst)>;
+/// makePackedStream over `tokens` ids that `read` fetches window by window (nothing is held).
+std::unique_ptr<TokenStream> makeWindowStream(TokenReader read, int64_t tokens, int64_t seqLen, uint64_t seed,
+                                              int rank = 0, int worldSize = 1);
 
 /// MQAR (multi-query associative recall, Zoology): `pairs` key-value pairs then queries of the
 /// keys in random order; the model must emit each query's value. As in Zoology: keys are drawn

@@ -10,6 +10,7 @@
 #include "KernelLookup.h"
 
 #include "data/data.h"
+#include "data/token_shards.h"
 #include "eval/eval.h"
 #include "eval/run_model.h"
 #include "model/model.h"
@@ -114,15 +115,32 @@ int runEval(int argc, char** argv) {
       throw UsageError("--tasks ppl: " + dir + "/model.json describes a model trained with --task mqar (no "
                        "tokenizer, no corpus); use --tasks mqar");
     auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
-    data::Corpus corpus = args.has("data") ? data::loadCorpus(args.get("data", ""), *tokenizer)
-                                           : data::defaultCorpus(*tokenizer);
-    const int64_t n = corpus.heldOut.empty() ? 0 : (int64_t(corpus.heldOut.size()) - 1) / seqLen;
+    // The held-out part training used: whole documents at the end of token shards (mapped, the
+    // tail read), else the corpus's held-out documents.
+    const std::string dataPath = args.get("data", "");
+    std::vector<int64_t> heldOut;
+    std::string description;
+    if (!dataPath.empty() && data::isTokenShardPath(dataPath)) {
+      const auto shards = data::TokenShards::open(dataPath);
+      if (shards->vocabSize() != mc.preset.vocab)
+        throw data::DataError(shards->description() + ": ids of a " + std::to_string(shards->vocabSize()) +
+                              "-entry vocabulary, but the model's is " + std::to_string(mc.preset.vocab));
+      const int64_t start = data::shardHeldOutStart(*shards, seqLen + 1);
+      heldOut.resize(size_t(shards->tokens() - start));
+      shards->read(start, int64_t(heldOut.size()), heldOut.data());
+      description = shards->description();
+    } else {
+      data::Corpus corpus = dataPath.empty() ? data::defaultCorpus(*tokenizer) : data::loadCorpus(dataPath, *tokenizer);
+      heldOut = std::move(corpus.heldOut);
+      description = corpus.description;
+    }
+    const int64_t n = heldOut.empty() ? 0 : (int64_t(heldOut.size()) - 1) / seqLen;
     torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = corpus.heldOut[size_t(i * seqLen + t)];
+      for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = heldOut[size_t(i * seqLen + t)];
     auto r = eval::perplexity(forward, windows, kEvalBatch, dev);
     std::cout << "ppl: held-out loss " << r.loss << " nats, perplexity " << r.ppl << " over " << r.tokens
-              << " tokens (" << corpus.description << ")\n";
+              << " tokens (" << description << ")\n";
     lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}});
   }
   if (plan.mqar) {

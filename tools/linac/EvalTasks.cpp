@@ -1,5 +1,6 @@
 #include "EvalTasks.h"
 
+#include "data/token_shards.h"
 #include "tasks/report.h"
 #include "tasks/ruler.h"
 #include "tasks/ruler_run.h"
@@ -15,6 +16,8 @@ namespace linac::cli {
 namespace {
 
 constexpr double kProgressEverySeconds = 5;
+/// Ids read from the start of a token shard set for the RULER haystack (cycled when short).
+constexpr int64_t kHaystackShardTokens = int64_t{1} << 20;
 
 bool isFile(const std::string& path) {
   struct stat st {};
@@ -67,9 +70,17 @@ std::vector<std::string> haystackWords(const std::string& haystackFile, const st
   } else if (dataSource.empty() || dataSource == "embedded") {
     for (const std::string& doc : data::defaultCorpusDocuments()) text += doc + "\n";
   } else {
-    const data::Corpus corpus = data::loadCorpus(dataSource, tokenizer, 0.0);
+    // Token shards: their first kHaystackShardTokens ids (a haystack needs no more), not the set.
+    std::vector<int64_t> ids;
+    if (data::isTokenShardPath(dataSource)) {
+      const auto shards = data::TokenShards::open(dataSource);
+      ids.resize(size_t(std::min(shards->tokens(), kHaystackShardTokens)));
+      shards->read(0, int64_t(ids.size()), ids.data());
+    } else {
+      ids = data::loadCorpus(dataSource, tokenizer, 0.0).train;
+    }
     tasks::TokenIds document;
-    for (int64_t id : corpus.train) {
+    for (int64_t id : ids) {
       if (id == tokenizer.documentSeparator()) {
         text += tokenizer.decode(document) + "\n";
         document.clear();

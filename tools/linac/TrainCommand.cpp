@@ -10,6 +10,7 @@
 #include "KernelLookup.h"
 
 #include "data/data.h"
+#include "data/token_shards.h"
 #include "eval/eval.h"
 #include "eval/run_model.h"
 #include "linac/Spec/SpecParser.h"
@@ -56,6 +57,10 @@ constexpr int64_t kMqarHeldOut = 256;  // fixed held-out MQAR sequences scored a
 /// Micro-batches of held-out windows per evaluation (--eval-batches; 0 = all): a large corpus's
 /// held-out part would otherwise take minutes at every evaluation.
 constexpr int64_t kDefaultEvalBatches = 50;
+/// The share of a text corpus's documents held out for evaluation.
+constexpr double kHeldOutFraction = 0.01;
+/// Hex digits of a SHA-256 shown in messages.
+constexpr size_t kShownHashChars = 12;
 
 /// [N, seqLen + 1] windows over the held-out tokens (consecutive windows share one token: the
 /// last target of one is the first input of the next), for evaluation.
@@ -69,6 +74,12 @@ torch::Tensor heldOutWindows(const std::vector<int64_t>& tokens, int64_t seqLen)
 bool isFile(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open for reading");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::string readText(const std::string& path) {
@@ -118,7 +129,8 @@ int runTrain(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "eval-batches", "log-every",
-                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs", "fused-loss"},
+                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs", "fused-loss",
+                         "data-dtype"},
                         {"resume", "overwrite", "accept-changes", "no-overlap"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
@@ -178,8 +190,8 @@ int runTrain(int argc, char** argv) {
   const std::string task = in.task;
   if (task != "lm" && task != "mqar") throw UsageError("--task must be lm or mqar, got '" + task + "'");
   const bool mqarTask = task == "mqar";
-  if (mqarTask && (args.has("data") || args.has("tokenizer")))
-    throw UsageError("--data and --tokenizer are for --task lm; --task mqar generates its sequences");
+  if (mqarTask && (args.has("data") || args.has("tokenizer") || args.has("data-dtype")))
+    throw UsageError("--data, --data-dtype and --tokenizer are for --task lm; --task mqar generates its sequences");
   if (!mqarTask && args.has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
   const int64_t mqarPairs = in.mqarPairs;
   if (mqarTask) in.tokenizer = "none";
@@ -231,6 +243,10 @@ int runTrain(int argc, char** argv) {
   const std::string fusedLoss = args.get("fused-loss", "on");
   if (fusedLoss != "on" && fusedLoss != "off")
     throw UsageError("--fused-loss must be on or off, got '" + fusedLoss + "'");
+  // Token ids' width: checked against shard headers; the width of headerless .bin files.
+  const std::string dataDtype = args.get("data-dtype", "");
+  if (!dataDtype.empty() && dataDtype != "uint16" && dataDtype != "uint32")
+    throw UsageError("--data-dtype must be uint16 or uint32, got '" + dataDtype + "'");
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (distributed::launchedDistributed()) {
     dist = distributed::initFromEnvironment(tc.device);
@@ -250,14 +266,38 @@ int runTrain(int argc, char** argv) {
   }
   requireKernels(mc.linear, in.spec);  // may compile the spec: after the checks
 
+  // Token shards are mapped, not loaded: the stream reads the windows it yields. Text (and
+  // headerless .bin files) is read, tokenized and held in memory.
+  std::shared_ptr<const data::TokenShards> shards;
   data::Corpus corpus;
-  if (!mqarTask) corpus = dataPath.empty() ? data::defaultCorpus(*tokenizer) : data::loadCorpus(dataPath, *tokenizer);
+  if (!mqarTask && !dataPath.empty() && data::isTokenShardPath(dataPath)) {
+    shards = data::TokenShards::open(dataPath, dataDtype);
+    if (shards->vocabSize() != mc.preset.vocab)
+      throw data::DataError(shards->description() + ": the shards hold ids of a " +
+                            std::to_string(shards->vocabSize()) + "-entry vocabulary, but the model's is " +
+                            std::to_string(mc.preset.vocab) + " (tokenizer " + tokenizer->name() +
+                            "); train with --tokenizer set to the SentencePiece model the shards were made with");
+    // The same size is not the same vocabulary: the SentencePiece model must be the shards' own.
+    if (in.tokenizer != "byte" && !shards->tokenizerSha256().empty()) {
+      const std::string actual = spec::sha256Hex(readBytes(in.tokenizer));
+      if (actual != shards->tokenizerSha256())
+        throw data::DataError(shards->description() + ": made with another tokenizer than " + in.tokenizer +
+                              " (its sha256 is " + actual.substr(0, kShownHashChars) +
+                              "...); train with the model the shards were made with");
+    }
+  } else if (!mqarTask) {
+    corpus = dataPath.empty() ? data::defaultCorpus(*tokenizer)
+                              : data::loadCorpus(dataPath, *tokenizer, kHeldOutFraction, dataDtype.empty() ? "uint16" : dataDtype);
+  }
+  int rank = 0, worldSize = 1;  // the data-parallel rank reads its own windows
 
   torch::manual_seed(tc.seed);
   model::HybridLM lm(mc);
   lm->to(tc.device);
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (dist) {
+    rank = dist->rank;
+    worldSize = dist->worldSize;
     distributed::broadcastParameters(*lm, *dist);
     std::cout << "data parallel: " << dist->worldSize << " ranks x batch " << tc.batch << " = global batch "
               << dist->worldSize * tc.batch << " (x accumulation " << tc.accumulation << "), gradient allreduce "
@@ -271,12 +311,27 @@ int runTrain(int argc, char** argv) {
   if (mqarTask)
     std::cout << "\ndata: mqar, " << mqarPairs << " key-value pairs per sequence of " << tc.seqLen
               << " tokens (fresh sequences; loss on the answers only), " << kMqarHeldOut << " held out\n";
-  else
+  else if (!shards)
     std::cout << "\ndata: " << corpus.description << " (" << corpus.train.size() << " training tokens, "
               << corpus.heldOut.size() << " held out)\n";
+  // Shards: whole documents at the end are held out (bounded: they are read into memory).
+  std::vector<int64_t> heldOutTokens;
+  int64_t shardTrainEnd = 0;
+  if (shards) {
+    shardTrainEnd = data::shardHeldOutStart(*shards, tc.seqLen + 1);
+    heldOutTokens.resize(size_t(shards->tokens() - shardTrainEnd));
+    shards->read(shardTrainEnd, int64_t(heldOutTokens.size()), heldOutTokens.data());
+    std::cout << "\ndata: " << shards->description() << " (memory-mapped; " << shardTrainEnd
+              << " training tokens, the last " << heldOutTokens.size() << " held out)\n";
+  } else {
+    heldOutTokens = std::move(corpus.heldOut);
+  }
   std::cout << "run directory: " << tc.outDir << "\n";
 
-  const double unigram = mqarTask ? 0.0 : eval::unigramEntropy(corpus.train, mc.preset.vocab);
+  // The baseline: the unigram entropy of the training tokens (of the held-out ones for shards,
+  // which are not read in full).
+  const double unigram =
+      mqarTask ? 0.0 : eval::unigramEntropy(shards ? heldOutTokens : corpus.train, mc.preset.vocab);
   // MQAR: the training stream's state is (seed, examples consumed), so a resume continues it; the
   // held-out sequences come from another seed and are scored (loss, accuracy) at each evaluation.
   std::unique_ptr<data::TokenStream> stream;
@@ -287,8 +342,9 @@ int runTrain(int argc, char** argv) {
       data::MqarBatch held = data::makeMqar(kMqarHeldOut, tc.seqLen, mqarPairs, mc.preset.vocab, tc.seed + 1);
       heldOut = torch::stack({held.inputs, held.targets}, 1);  // [kMqarHeldOut, 2, seqLen]
     } else {
-      stream = data::makePackedStream(corpus.train, tc.seqLen, tc.seed);
-      heldOut = heldOutWindows(corpus.heldOut, tc.seqLen);  // [N, seqLen + 1]
+      stream = shards ? data::makeShardStream(shards, shardTrainEnd, tc.seqLen, tc.seed, rank, worldSize)
+                      : data::makePackedStream(std::move(corpus.train), tc.seqLen, tc.seed, rank, worldSize);
+      heldOut = heldOutWindows(heldOutTokens, tc.seqLen);  // [N, seqLen + 1]
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--task ") + task + ": " + e.what() + " (see --seq-len, --mqar-pairs)");
@@ -301,8 +357,10 @@ int runTrain(int argc, char** argv) {
 #ifdef LINAC_HAVE_DISTRIBUTED
   std::unique_ptr<distributed::ShardedStream> sharded;
   if (dist) {  // each rank its slice of every global batch; gradients averaged before clipping
-    sharded = std::make_unique<distributed::ShardedStream>(*stream, dist->rank, dist->worldSize);
-    trainStream = sharded.get();
+    if (mqarTask) {  // the language-modelling streams above read only this rank's windows already
+      sharded = std::make_unique<distributed::ShardedStream>(*stream, dist->rank, dist->worldSize);
+      trainStream = sharded.get();
+    }
     // Bucket allreduces overlap with the last micro-batch's backward unless --no-overlap.
     distributed::GradSyncOptions sync;
     sync.overlap = !args.has("no-overlap");
