@@ -29,6 +29,11 @@ void printUsage(std::ostream& os) {
         "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"
         "              [--limit N] [--batch B]\n"
         "                       perplexity, MQAR recall, RULER and zero-shot tasks of a trained model\n"
+        "  generate CHECKPOINT --prompt TEXT [--max-new N] [--temperature T] [--top-p P] [--seed S]\n"
+        "              [--batch B] [--device cpu|cuda]\n"
+        "                       continue a prompt through the state caches (prefill, then decode steps)\n"
+        "  memory SPEC [--schedule 3:1] [--preset tiny] [--context L] [--batch B] [--dtype bf16] [--json]\n"
+        "                       bytes of the inference caches per layer, beside the all-attention model's\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -50,8 +55,10 @@ int main(int argc, char** argv) {
     if (command == "bench") return linac::cli::runBench(argc, argv);
     if (command == "train") return linac::cli::runTrain(argc, argv);
     if (command == "eval") return linac::cli::runEval(argc, argv);
+    if (command == "generate") return linac::cli::runGenerate(argc, argv);
+    if (command == "memory") return linac::cli::runMemory(argc, argv);
     std::string hint =
-        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "help"});
+        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "generate", "memory", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
