@@ -32,7 +32,7 @@
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
-# Knobs (space-separated lists): VERIFY_SPECS, BENCH_SPECS (default: every linear spec), FLA_OPS
+# Knobs (space-separated lists): VERIFY_SPECS, VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
 # (default: every op), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
@@ -109,13 +109,15 @@ prepare() {
   local lab_args=(--quick --no-bench) lab_pid=
   [ "${LAB:-quick}" = full ] && lab_args=(--no-bench)
   if [ "${LAB:-quick}" != none ]; then
-    OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
+    # half the cores: verify's float64 oracle runs beside this build
+    JOBS=8 OUT=/tmp/linac-lab timeout 330 bash tests/runtime/cuda/run_lab.sh "${lab_args[@]}" > /tmp/lab.log 2>&1 &
     lab_pid=$!
   fi
 
   : > "$OUT/verify.log"
   for n in $VERIFY_SPECS; do
-    phase 75 $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
+    # line-buffered, so a run cut by its budget still shows how far it got
+    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
     echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
     grep -E "FAIL" /tmp/verify_one.log | head -4
     cat /tmp/verify_one.log >> "$OUT/verify.log"
@@ -166,6 +168,8 @@ lab() {
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+  [ -f build-cuda/linac_cuda_lab.gz ] && [ ! -x build-cuda/linac_cuda_lab ] && gunzip -k build-cuda/linac_cuda_lab.gz \
+    && chmod +x build-cuda/linac_cuda_lab
   local prebuilt=0; [ -x build-cuda/linac_cuda_lab ] && prebuilt=1  # else built here, 16 jobs
   if [ "${CASES:-1}" = 1 ]; then
     LAB_PREBUILT=${LAB_PREBUILT:-$prebuilt} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
@@ -173,19 +177,24 @@ lab() {
     echo "lab rc=$? ($((SECONDS - start)) s)"
     grep -E "FAIL|error|ALL PASS|build took" "$OUT/lab.log" | head -30
     cp /tmp/linac-lab/ptxas.log /tmp/linac-lab/sass.log "$OUT/" 2>/dev/null
+    # KEEP_LAB=1: the binary built here comes back, to carry into the next call as
+    # build-cuda/linac_cuda_lab.gz (gunzip it there: run_lab.sh then skips the build).
+    [ "${KEEP_LAB:-0}" = 1 ] && [ "$prebuilt" = 0 ] && gzip -c build-cuda/linac_cuda_lab > "$OUT/linac_cuda_lab.gz"
   fi
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
-  # PROFILE="ROW:REGEX ..." profiles the first two kernels matching REGEX in the lab's timing row
-  # ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the GPU otherwise idle.
+  # PROFILE="ROW:REGEX ..." profiles the first PROFILE_COUNT (default 2) kernels matching REGEX in
+  # the lab's timing row ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the
+  # GPU otherwise idle; PROFILE_ARGS (default --no-bwd) are the lab's other flags: "" includes the
+  # backward rows (e.g. PROFILE="GDN:deltaBwd" PROFILE_COUNT=5 PROFILE_ARGS="").
   local item
   for item in ${PROFILE:-}; do
-    phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count 2 --section SpeedOfLight \
+    phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section LaunchStats \
-      ./build-cuda/linac_cuda_lab --bench-only --no-bwd --bench-rows "${item%%:*}" \
+      ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" \
       > "$OUT/ncu_${item%%:*}.txt" 2>&1
     echo "ncu ${item%%:*} rc=$? ($((SECONDS - start)) s)"
     grep -E "^  [a-zA-Z].*Kernel|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput" \
-      "$OUT/ncu_${item%%:*}.txt" | head -16
+      "$OUT/ncu_${item%%:*}.txt" | head -$((7 * ${PROFILE_COUNT:-2}))
   done
   [ "${TIMINGS:-1}" = 1 ] || return 0
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1

@@ -28,5 +28,10 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] ==
   echo "setup: installing torch==$TORCH_VERSION (LibTorch for the runtime)"
   $PY -m pip install -q "torch==$TORCH_VERSION"
 fi
+# matplotlib draws `linac sweep`'s plots (tools/sweep_plots.py).
+if ! $PY -c "import matplotlib" 2>/dev/null; then
+  echo "setup: installing matplotlib (linac sweep's plots)"
+  $PY -m pip install -q matplotlib
+fi
 # lit and FileCheck drive the dialect tests; lit comes with llvm-22-tools, FileCheck too.
 echo "setup: ok"

@@ -3,6 +3,7 @@
 #include "model/attention_layer.h"
 #include "model/layers.h"
 #include "model/linear_layer.h"
+#include "ops/linear_cross_entropy.h"
 
 #include <cmath>
 #include <optional>
@@ -188,6 +189,14 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
   x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));                // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;       // [vocab, hidden]
   return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]
+}
+
+torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
+  for (size_t i = 0; i < blocks_->size(); ++i) x = blocks_->ptr(i)->as<BlockImpl>()->forward(x);
+  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));             // [B, T, hidden]
+  const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
+  return ops::linearCrossEntropy(x.reshape({-1, x.size(-1)}), w.to(x.scalar_type()), targets.reshape({-1}));
 }
 
 int64_t HybridLMImpl::parameterCount() const {

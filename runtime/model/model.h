@@ -34,6 +34,11 @@ public:
   explicit HybridLMImpl(const ModelConfig& config);
   /// tokens [B, T] int64 -> logits [B, T, vocab] (float32, or the autocast dtype).
   torch::Tensor forward(const torch::Tensor& tokens);
+  /// The mean cross-entropy of the next-token predictions for `tokens` [B, T] against `targets`
+  /// [B, T] (-100 where nothing is scored): a 0-d fp32 tensor, cross_entropy(forward(tokens) in
+  /// fp32, targets) to fp32 rounding, through ops::linearCrossEntropy (the LM head and the loss
+  /// in chunks of tokens, their gradients in the same pass), never the [B * T, vocab] logits.
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   /// Where a non-finite training loss comes from (the trainer's locateNonFinite hook): re-runs
   /// the forward of `tokens` [B, T] without gradients, checking the embedding output, each
   /// block's mixer and MLP outputs, the final norm and the logits in order, and returns e.g.

@@ -3,7 +3,8 @@
 // over NAME (atomic within a filesystem), and the directory is fsynced. A failed write removes its
 // temporary file, so a full disk is not kept full by it, and says "no space left on device" with
 // the path. POSIX calls rather than std::filesystem: the PyPI libtorch exports an ABI-incompatible
-// copy of some std::filesystem functions. Internal to runtime/trainer; errors are TrainError.
+// copy of some std::filesystem functions. Used by runtime/trainer and `linac sweep`'s folder; errors
+// are TrainError.
 #pragma once
 
 #include <cstddef>

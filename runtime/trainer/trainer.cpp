@@ -3,6 +3,7 @@
 
 #include "trainer/checkpoint.h"
 #include "trainer/file_io.h"
+#include "trainer/grad_clip.h"
 #include "trainer/metrics.h"
 #include "trainer/run_dir.h"
 
@@ -16,6 +17,7 @@
 #include <csignal>
 #include <iostream>
 #include <limits>
+#include <tuple>
 
 namespace linac::trainer {
 namespace {
@@ -169,41 +171,52 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<torch::nn::Module> module, 
     groups.emplace_back(split.noDecay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
   if (groups.empty())
     throw TrainError("the module has no trainable parameters");
-  optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), options(config_.weightDecay));
+  optimizer_ = std::make_unique<FusedAdamW>(std::move(groups), options(config_.weightDecay));
 }
 
 Trainer::~Trainer() = default;
 
 void Trainer::requestStop() { stop_ = true; }
 
-double Trainer::trainStep(int64_t step, double& gradNorm) {
+void Trainer::trainStep(int64_t step) {
   const double lr = learningRate(config_, step);
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optimizer_->zero_grad(/*set_to_none=*/true);
 
   const bool autocast = config_.autocast && config_.device.is_cuda();
-  torch::Tensor lossSum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(config_.device));
-  std::vector<torch::Tensor> microInputs, microLosses;  // kept to locate a non-finite loss
+  PendingStep pending;
+  pending.step = step;
+  std::vector<torch::Tensor> microLosses;  // [] fp32 each, on the device
   for (int64_t micro = 0; micro < config_.accumulation; ++micro) {
-    torch::Tensor window = train_.next(config_.batch).to(config_.device);
-    auto [inputs, targets] = splitWindow(window, config_.seqLen);  // [b, seqLen] each
-    torch::Tensor logits;
-    {
+    torch::Tensor window = train_.next(config_.batch);  // on the host
+    pending.inputs.push_back(splitWindow(window, config_.seqLen).first);
+    // A blocking copy to a GPU waits for the whole stream: copy from pinned memory asynchronously.
+    if (config_.device.is_cuda())
+      window = window.pin_memory().to(config_.device, /*non_blocking=*/true);
+    auto [inputs, targets] = splitWindow(window, config_.seqLen);  // [b, seqLen] each, on the device
+    torch::Tensor loss;
+    if (loss_) {
       AutocastGuard guard(autocast);
-      logits = forward_(inputs);
+      loss = loss_(inputs, targets);
+    } else {
+      torch::Tensor logits;
+      {
+        AutocastGuard guard(autocast);
+        logits = forward_(inputs);
+      }
+      // The loss in fp32 whatever the autocast dtype: log-softmax over a large vocabulary in bf16
+      // loses the small probabilities the gradient depends on.
+      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
+                                                  targets.reshape({-1}));
     }
-    // The loss in fp32 whatever the autocast dtype: log-softmax over a large vocabulary in bf16
-    // loses the small probabilities the gradient depends on.
-    torch::Tensor loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
     if (hooks_.beforeBackward)
       hooks_.beforeBackward(micro + 1 == config_.accumulation);
     (loss / static_cast<double>(config_.accumulation)).backward();
-    lossSum += loss.detach().to(torch::kFloat64);
-    microInputs.push_back(inputs);
     microLosses.push_back(loss.detach());
   }
+  const torch::Tensor micro = torch::stack(microLosses).to(torch::kFloat64);  // [accumulation]
+  torch::Tensor lossSum = micro.sum();                                          // []
   if (hooks_.afterBackward) {
     // Data parallel: the hook averages the gradients and [loss, stop flag] across ranks, so the
     // stop decision (requestStop / a stop signal) is the same on every rank; run() reads agreedStop_.
@@ -211,47 +224,66 @@ double Trainer::trainStep(int64_t step, double& gradNorm) {
         {lossSum, torch::full({}, (stop_ || gStopSignal != 0) ? 1.0 : 0.0, lossSum.options())});
     hooks_.afterBackward(shared);
     lossSum = shared[0];
-    agreedStop_ = shared[1].item<double>() > 0;
+    agreedStop_ = shared[1].item<double>() > 0;  // every rank must stop at the same step
   }
-  // One device sync per step (here and in the clip below), not one per micro-batch.
-  const double meanLoss = lossSum.item<double>() / static_cast<double>(config_.accumulation);
 
-  // "loss is nan at step 17: first non-finite value in layer 3 (gated_deltanet mixer) output ...":
-  // the hook re-runs the forward of the first micro-batch whose loss is non-finite (the last one
-  // when only the gradient norm is) with per-layer checks.
-  auto describeNonFinite = [&](const std::string& what, double value) {
-    std::string message = what + " is " + valueName(value) + " at step " + std::to_string(step);
+  // clip_grad_norm_'s rule with the norm left on the device; an infinite max norm only measures it.
+  const double maxNorm = config_.gradClip > 0 ? config_.gradClip : std::numeric_limits<double>::infinity();
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer_->param_groups())
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  const torch::Tensor gradNorm = clipGradNorm(params, maxNorm);  // []
+  pending.values = torch::cat({lossSum.reshape({1}), gradNorm.to(torch::kFloat64).reshape({1}), micro});
+
+  // From the first non-finite loss or gradient norm on, every update is skipped on the device.
+  const torch::Tensor bad = pending.values.slice(0, 0, 2).isfinite().all().logical_not().to(torch::kFloat32);
+  nonFinite_ = torch::maximum(nonFinite_, bad);
+  optimizer_->stepUnless(nonFinite_);
+  pending_.push_back(std::move(pending));
+}
+
+std::pair<double, double> Trainer::readSteps() {
+  std::vector<torch::Tensor> rows;
+  for (const auto& p : pending_)
+    rows.push_back(p.values);
+  // [steps, 2 + accumulation] float64: the one device sync of the steps read.
+  const torch::Tensor values = torch::stack(rows).to(torch::kCPU);
+  const auto v = values.accessor<double, 2>();
+  const double accumulation = static_cast<double>(config_.accumulation);
+  const bool autocast = config_.autocast && config_.device.is_cuda();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(i);
+    const double loss = v[row][0] / accumulation, gradNorm = v[row][1];
+    if (std::isfinite(loss) && std::isfinite(gradNorm))
+      continue;
+    // "loss is nan at step 17: first non-finite value in layer 3 (gated_deltanet mixer) output ...":
+    // the hook re-runs the forward of the first micro-batch whose loss is non-finite (the last one
+    // when only the gradient norm is) at the parameters the step started from (its update and
+    // every later one were skipped); the gradients it may inspect are the newest step's.
+    const PendingStep& p = pending_[i];
+    const bool lossBad = !std::isfinite(loss);
+    std::string message = std::string(lossBad ? "loss" : "gradient norm") + " is " +
+                          valueName(lossBad ? loss : gradNorm) + " at step " + std::to_string(p.step);
     if (hooks_.locateNonFinite) {
-      size_t bad = microInputs.size() - 1;
-      for (size_t i = 0; i < microLosses.size(); ++i)
-        if (!torch::isfinite(microLosses[i]).item<bool>()) {
-          bad = i;
+      size_t bad = p.inputs.size() - 1;
+      for (size_t m = 0; m < p.inputs.size(); ++m)
+        if (!std::isfinite(v[row][2 + static_cast<int64_t>(m)])) {
+          bad = m;
           break;
         }
       try {
         AutocastGuard guard(autocast);
-        std::string where = hooks_.locateNonFinite(microInputs[bad]);
+        std::string where = hooks_.locateNonFinite(p.inputs[bad].to(config_.device));
         message += ": " + (where.empty() ? std::string("the model found no non-finite value") : where);
       } catch (const std::exception& e) {
         message += std::string(": locating the first non-finite value failed: ") + e.what();
       }
     }
-    return TrainError(message, step);
-  };
-  if (!std::isfinite(meanLoss))
-    throw describeNonFinite("loss", meanLoss);
-
-  // clip_grad_norm_ returns the norm before clipping; an infinite max norm only measures it.
-  const double maxNorm = config_.gradClip > 0 ? config_.gradClip : std::numeric_limits<double>::infinity();
-  std::vector<torch::Tensor> params;
-  for (const auto& group : optimizer_->param_groups())
-    params.insert(params.end(), group.params().begin(), group.params().end());
-  gradNorm = torch::nn::utils::clip_grad_norm_(params, maxNorm);
-  if (!std::isfinite(gradNorm))
-    throw describeNonFinite("gradient norm", gradNorm);
-
-  optimizer_->step();
-  return meanLoss;
+    throw TrainError(message, p.step);
+  }
+  const int64_t newest = values.size(0) - 1;
+  pending_.clear();
+  return {v[newest][0] / accumulation, v[newest][1]};
 }
 
 void Trainer::setRunFiles(std::vector<RunFile> files) { runFiles_ = std::move(files); }
@@ -387,6 +419,8 @@ TrainResult Trainer::run() {
 
   StopSignalGuard signals;
   stop_ = false;
+  pending_.clear();
+  nonFinite_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(config_.device));
   module_->train();
   const bool canEval = logging && heldOut_.defined() && heldOut_.numel() > 0;
   const double tokensPerStep = static_cast<double>(config_.batch * config_.accumulation * config_.seqLen);
@@ -400,25 +434,47 @@ TrainResult Trainer::run() {
       StepStats stats;
       stats.step = step;
       stats.lr = learningRate(config_, step);
+      const bool last = step == config_.steps;
+      bool stopping = false;
+      bool read = false;  // this step's stats hold its loss and gradient norm
       try {
-        stats.loss = trainStep(step, stats.gradNorm);
+        trainStep(step);
+        // The values are read (a device sync) where something reports or acts on them. A step
+        // time covers the wait for the device only at a read, so tokens/s holds over the steps
+        // between reports.
+        auto readValues = [&] {
+          std::tie(stats.loss, stats.gradNorm) = readSteps();
+          read = true;
+        };
+        auto finishTiming = [&] {
+          intervalTrainS += secondsSince(stepStart);
+          ++intervalSteps;
+          stats.elapsedS = secondsSince(runStart);
+          stats.tokensPerS =
+              intervalTrainS > 0 ? tokensPerStep * static_cast<double>(intervalSteps) / intervalTrainS : 0;
+        };
+        if (hooks_.onStep) {
+          readValues();
+          finishTiming();
+          hooks_.onStep(stats);
+        }
+        // Distributed (afterBackward set): the ranks' agreed decision, else they would diverge.
+        stopping = hooks_.afterBackward ? agreedStop_ : (stop_ || gStopSignal != 0);
+        const bool checkpointDue = (config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) || last;
+        const bool evalDue = (config_.evalEvery > 0 && step % config_.evalEvery == 0) || last;
+        if (!read) {
+          if (step % config_.logEvery == 0 || last || stopping || checkpointDue || (canEval && evalDue))
+            readValues();
+          finishTiming();
+        }
       } catch (const TrainError& e) {
-        if (metrics && e.step() == step)
-          metrics->writeError(step, e.what());  // the non-finite diagnostic, in the run's record too
+        if (metrics && e.step() >= 0)
+          metrics->writeError(e.step(), e.what());  // the non-finite diagnostic, in the run's record too
         throw;
       }
-      intervalTrainS += secondsSince(stepStart);
-      ++intervalSteps;
-      stats.elapsedS = secondsSince(runStart);
-      stats.tokensPerS = intervalTrainS > 0 ? tokensPerStep * static_cast<double>(intervalSteps) / intervalTrainS : 0;
       result.step = step;
-      result.lastLoss = stats.loss;
-
-      if (hooks_.onStep)
-        hooks_.onStep(stats);
-      // Distributed (afterBackward set): the ranks' agreed decision, else they would diverge.
-      bool stopping = hooks_.afterBackward ? agreedStop_ : (stop_ || gStopSignal != 0);
-      const bool last = step == config_.steps;
+      if (read)
+        result.lastLoss = stats.loss;
 
       if (logging && (step % config_.logEvery == 0 || last || stopping)) {
         metrics->write(stats);

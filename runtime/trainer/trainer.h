@@ -6,12 +6,22 @@
 // described in trainer/run_dir.h.
 //
 // The trainer is model-agnostic: it takes the module (for parameters, buffers and train/eval
-// mode) and a forward functor tokens [B, T] -> logits [B, T, V], so any torch::nn::Module works.
+// mode) and a forward functor tokens [B, T] -> logits [B, T, V], so any torch::nn::Module works;
+// optionally a loss functor (setLoss) that computes the training loss without the logits.
 // Batches come in either data::TokenStream layout: language modelling [B, T + 1] (next-token
 // targets) or explicit targets [B, 2, T] (e.g. MQAR: loss only on the answers, -100 elsewhere).
+//
+// The step never waits for the device: the loss, the gradient norm and whether either is
+// non-finite stay on the device, and are read back (one sync) only at the steps that report or
+// act on them: every logEvery steps, before a checkpoint or an evaluation, at the last step or a
+// stop, and at every step when an onStep hook is set. From a non-finite step on, the optimizer
+// skips its updates on the device, so the read that finds it reports that step's loss and
+// gradient norm and locates it at the parameters the step started from, as if it had stopped
+// there. AdamW runs through ATen's fused kernel (trainer/fused_adamw.h).
 #pragma once
 
 #include "data/data.h"
+#include "trainer/fused_adamw.h"
 
 #include <torch/torch.h>
 
@@ -96,7 +106,7 @@ struct ParamGroups {
 };
 ParamGroups splitForWeightDecay(const torch::nn::Module& module);
 
-/// Reported after every optimizer step (to the onStep hook) and written every logEvery steps.
+/// Reported after every optimizer step to the onStep hook, and written every logEvery steps.
 struct StepStats {
   int64_t step = 0;
   double loss = 0;        // mean training loss over the step's micro-batches
@@ -130,6 +140,7 @@ struct TrainResult {
 
 struct TrainHooks {
   /// After each optimizer step; may call Trainer::requestStop() or raise SIGINT / SIGTERM / SIGHUP.
+  /// Setting it reads the step's loss and gradient norm back at every step (a device sync).
   std::function<void(const StepStats&)> onStep;
   /// After each evaluation.
   std::function<void(const EvalStats&)> onEval;
@@ -144,6 +155,7 @@ struct TrainHooks {
   /// vector on the device [summed micro-batch loss, 1 if this rank was asked to stop else 0]. The
   /// hook averages the gradients and `shared` (in place) across ranks, so clipping, the optimizer
   /// and the logged loss see global values and every rank stops (a stop signal) at the same step.
+  /// The stop flag is read back at every step (the one device sync of a distributed step).
   std::function<void(torch::Tensor& shared)> afterBackward;
   /// Data-parallel training with communication overlapped with backward: called just before each
   /// micro-batch's backward, with whether it is the step's last one (the gradient hooks start
@@ -180,6 +192,10 @@ struct RunFile {
 class Trainer {
 public:
   using Forward = std::function<torch::Tensor(const torch::Tensor& tokens)>;
+  /// (inputs [b, T], targets [b, T] with -100 where nothing is scored) -> the mean cross-entropy
+  /// over the scored targets, a 0-d fp32 tensor (e.g. model::HybridLMImpl::loss, which never
+  /// materialises the logits).
+  using Loss = std::function<torch::Tensor(const torch::Tensor& inputs, const torch::Tensor& targets)>;
 
   /// `heldOut` is [N, seqLen + 1] int64 windows, or [N, 2, seqLen] (inputs, targets with -100
   /// where nothing is scored; evaluation then reports accuracy too); may be undefined or empty
@@ -194,6 +210,10 @@ public:
   /// Files the caller wants in the run directory (run_dir.h): written on a fresh start, those
   /// marked identity compared with the stored ones on resume.
   void setRunFiles(std::vector<RunFile> files);
+
+  /// The training loss; without it, torch's cross_entropy of forward's logits (in fp32).
+  /// Evaluation always scores forward's logits (it reports accuracy from them).
+  void setLoss(Loss loss) { loss_ = std::move(loss); }
 
   /// Takes the run directory's lock, makes the start checks of run_dir.h (RunRefused when they
   /// fail, before anything in the directory is touched), then trains to config.steps or until
@@ -216,7 +236,17 @@ public:
   torch::optim::AdamW& optimizer() { return *optimizer_; }
 
 private:
-  double trainStep(int64_t step, double& gradNorm);
+  /// A step's values, on the device until the next readSteps().
+  struct PendingStep {
+    int64_t step = 0;
+    torch::Tensor values;  // [2 + accumulation] float64: summed micro-batch loss, gradient norm, each micro-batch's loss
+    std::vector<torch::Tensor> inputs;  // each micro-batch's inputs [b, seqLen] on the host (to locate a non-finite loss)
+  };
+  /// Queues one optimizer step on the device; reads nothing back (but a distributed stop flag).
+  void trainStep(int64_t step);
+  /// Reads the pending steps' values back (one device sync) and returns the newest step's mean
+  /// loss and gradient norm; throws TrainError naming the first non-finite one and its step.
+  std::pair<double, double> readSteps();
   std::string saveCheckpoint(int64_t step);
   /// evaluate(); with `interruptible`, nullopt when a stop is requested during it.
   std::optional<EvalStats> evaluateUntilStopped(int64_t step, bool interruptible);
@@ -227,7 +257,10 @@ private:
   data::TokenStream& train_;
   torch::Tensor heldOut_;
   TrainHooks hooks_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  Loss loss_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+  std::vector<PendingStep> pending_;
+  torch::Tensor nonFinite_;  // float32 [] on the device: 1 from the first non-finite step on
   std::vector<RunFile> runFiles_;
   std::ostream* progress_;
   std::atomic<bool> stop_{false};

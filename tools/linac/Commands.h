@@ -14,5 +14,6 @@ int runTrain(int argc, char** argv);
 int runEval(int argc, char** argv);
 int runGenerate(int argc, char** argv);
 int runMemory(int argc, char** argv);
+int runSweep(int argc, char** argv);
 
 }  // namespace linac::cli

@@ -19,5 +19,6 @@ int runTrain(int, char**) { noRuntime("train"); }
 int runEval(int, char**) { noRuntime("eval"); }
 int runGenerate(int, char**) { noRuntime("generate"); }
 int runMemory(int, char**) { noRuntime("memory"); }
+int runSweep(int, char**) { noRuntime("sweep"); }
 
 }  // namespace linac::cli

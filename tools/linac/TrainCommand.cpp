@@ -118,7 +118,7 @@ int runTrain(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "eval-batches", "log-every",
-                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs"},
+                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs", "fused-loss"},
                         {"resume", "overwrite", "accept-changes", "no-overlap"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
@@ -228,6 +228,9 @@ int runTrain(int argc, char** argv) {
   if (tc.steps < 1 || tc.batch < 1 || tc.seqLen < 2 || tc.accumulation < 1)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
   if (tc.evalBatches < 0) throw UsageError("--eval-batches must be >= 0 (0: all held-out windows)");
+  const std::string fusedLoss = args.get("fused-loss", "on");
+  if (fusedLoss != "on" && fusedLoss != "off")
+    throw UsageError("--fused-loss must be on or off, got '" + fusedLoss + "'");
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (distributed::launchedDistributed()) {
     dist = distributed::initFromEnvironment(tc.device);
@@ -311,6 +314,10 @@ int runTrain(int argc, char** argv) {
 #endif
   trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
   t.setRunFiles(run.files);
+  // The LM head and the loss in chunks of tokens (never the [tokens, vocab] logits), unless
+  // --fused-loss off: the logits, then cross_entropy.
+  if (fusedLoss == "on")
+    t.setLoss([&](const torch::Tensor& inputs, const torch::Tensor& targets) { return lm->loss(inputs, targets); });
   trainer::TrainResult result = refusalsAsUsage([&] { return t.run(); });
   // Stopped by a signal (or another rank's): 128 + the signal, as a shell reports a killed
   // process (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); never 0, and no end-of-run evaluation.

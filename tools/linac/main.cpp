@@ -23,7 +23,7 @@ void printUsage(std::ostream& os) {
         "                       fwd, fwd+bwd and decode-step medians with the memory floor\n"
         "  train SPEC [--schedule 3:1] [--preset tiny|340m|1.3b] [--data PATH] [--steps N] [--out DIR]\n"
         "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda] [--nproc N]\n"
-        "             [--no-overlap] [--task lm|mqar] [--mqar-pairs N]\n"
+        "             [--no-overlap] [--task lm|mqar] [--mqar-pairs N] [--fused-loss on|off]\n"
         "                       build the hybrid model and train it (embedded corpus by default)\n"
         "  eval CHECKPOINT [--tasks ppl,mqar,ruler,arc_easy,...] [--data PATH] [--mqar-pairs 2,4,8]\n"
         "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"
@@ -34,6 +34,10 @@ void printUsage(std::ostream& os) {
         "                       continue a prompt through the state caches (prefill, then decode steps)\n"
         "  memory SPEC [--schedule 3:1] [--preset tiny] [--context L] [--batch B] [--dtype bf16] [--json]\n"
         "                       bytes of the inference caches per layer, beside the all-attention model's\n"
+        "  sweep --specs A.yaml,B.yaml [--schedules 3:1,pure,transformer] [--preset P] [--steps N]\n"
+        "        [--tasks ppl,mqar,...] [--seeds 1,2,3] [--out DIR] [--device cpu|cuda]\n"
+        "        [--train-args \"...\"] [--eval-args \"...\"] [--plots on|off]\n"
+        "                       train and evaluate the grid as one resumable folder; results table and plots\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -57,8 +61,9 @@ int main(int argc, char** argv) {
     if (command == "eval") return linac::cli::runEval(argc, argv);
     if (command == "generate") return linac::cli::runGenerate(argc, argv);
     if (command == "memory") return linac::cli::runMemory(argc, argv);
-    std::string hint =
-        linac::spec::closestMatch(command, {"compile", "verify", "bench", "train", "eval", "generate", "memory", "help"});
+    if (command == "sweep") return linac::cli::runSweep(argc, argv);
+    std::string hint = linac::spec::closestMatch(
+        command, {"compile", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -201,6 +202,97 @@ TEST(Trainer, NonFiniteLossNamesStepAndLayer) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(),
             R"({"step":3,"error":"loss is nan at step 3: first non-finite value in layer 1 (mlp) output"})");
+}
+
+// Without an onStep hook the values are read every logEvery steps: a non-finite loss at step 3
+// is found at step 5's read, and reported as before (its step, its batch), at the parameters step
+// 3 started from (steps 3-5 were skipped on the device), with no checkpoint written.
+TEST(Trainer, NonFiniteLossFoundAtALaterReadNamesItsStep) {
+  TrainConfig c = tinyConfig(freshDir("nan_deferred"));
+  c.logEvery = 5;
+  c.checkpointEvery = 10;
+  auto makeModel = [] {
+    torch::manual_seed(21);
+    return TinyLM(/*dropout=*/0.0);
+  };
+  TinyLM model = makeModel();
+  VectorStream stream(learnableTokens(1024, 1), kSeqLen, 3);
+  int64_t calls = 0;
+  auto forward = [&](const torch::Tensor& t) {
+    torch::Tensor logits = model->forward(t);
+    return ++calls == 3 ? logits * std::numeric_limits<float>::quiet_NaN() : logits;
+  };
+  TrainHooks hooks;
+  torch::Tensor seenInputs;
+  std::vector<torch::Tensor> seenParams;
+  hooks.locateNonFinite = [&](const torch::Tensor& inputs) {
+    seenInputs = inputs;
+    for (const auto& p : model->parameters()) seenParams.push_back(p.detach().clone());
+    return std::string("found");
+  };
+  Trainer trainer(c, model.ptr(), forward, stream, {}, hooks);
+  trainer.setProgressStream(nullptr);
+  try {
+    trainer.run();
+    FAIL() << "a NaN loss must stop the run";
+  } catch (const TrainError& e) {
+    EXPECT_EQ(e.step(), 3);
+    EXPECT_EQ(std::string(e.what()), "loss is nan at step 3: found");
+  }
+  EXPECT_EQ(calls, 5) << "found at the read of step 5";
+  VectorStream replay(learnableTokens(1024, 1), kSeqLen, 3);
+  replay.next(2 * c.batch);
+  ASSERT_TRUE(seenInputs.defined());
+  EXPECT_TRUE(torch::equal(seenInputs, replay.next(c.batch).slice(1, 0, kSeqLen)));
+  EXPECT_EQ(readLines(c.outDir + "/metrics.jsonl").back(), R"({"step":3,"error":"loss is nan at step 3: found"})");
+  EXPECT_FALSE(fs::exists(fs::path(c.outDir) / "ckpt-5.pt"));
+
+  // The parameters the locator saw are those after step 2.
+  TinyLM two = makeModel();
+  VectorStream twoStream(learnableTokens(1024, 1), kSeqLen, 3);
+  TrainConfig twoSteps = c;
+  twoSteps.outDir = freshDir("nan_deferred_two");
+  twoSteps.steps = 2;
+  twoSteps.scheduleSteps = c.steps;  // the same learning rates
+  Trainer reference(twoSteps, two.ptr(), [&](const torch::Tensor& t) { return two->forward(t); }, twoStream);
+  reference.setProgressStream(nullptr);
+  reference.run();
+  ASSERT_EQ(seenParams.size(), two->parameters().size());
+  for (size_t i = 0; i < seenParams.size(); ++i)
+    EXPECT_TRUE(torch::equal(seenParams[i], two->parameters()[i].detach())) << "parameter " << i;
+}
+
+// Reading the values every 4 steps instead of every step changes neither the training nor the
+// values logged at the steps both runs log.
+TEST(Trainer, LoggedValuesDoNotDependOnLogEvery) {
+  auto run = [](int64_t logEvery, const std::string& name) {
+    TrainConfig c = tinyConfig(freshDir(name));
+    c.logEvery = logEvery;
+    torch::manual_seed(11);
+    TinyLM model;
+    VectorStream stream(learnableTokens(4096, 1), kSeqLen, 3);
+    Trainer trainer(c, model.ptr(), [&](const torch::Tensor& t) { return model->forward(t); }, stream);
+    trainer.setProgressStream(nullptr);
+    trainer.run();
+    std::map<int64_t, std::pair<double, double>> logged;  // step -> loss, grad_norm
+    for (const auto& line : readLines(c.outDir + "/metrics.jsonl")) {
+      Json j = parseLine(line);
+      if (j.contains("loss"))
+        logged[j["step"].get<int64_t>()] = {j["loss"].get<double>(), j["grad_norm"].get<double>()};
+    }
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+    return std::make_pair(logged, params);
+  };
+  auto [everyStep, paramsEvery] = run(1, "log_every_1");
+  auto [everyFourth, paramsFourth] = run(4, "log_every_4");
+  ASSERT_EQ(everyStep.size(), 20u);
+  ASSERT_EQ(everyFourth.size(), 5u);
+  for (const auto& [step, values] : everyFourth) {
+    EXPECT_EQ(step % 4, 0);
+    EXPECT_EQ(values, everyStep.at(step)) << "step " << step;
+  }
+  for (size_t i = 0; i < paramsEvery.size(); ++i) EXPECT_TRUE(torch::equal(paramsEvery[i], paramsFourth[i])) << i;
 }
 
 // Explicit-target batches [b, 2, T] (data::TokenStream's second layout, e.g. MQAR): the loss is

@@ -106,9 +106,9 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
       kind.decay == DecayClass::Diagonal)
     return false;
   if (kind.update == UpdateRule::Delta) {
-    // DeltaNet / Gated DeltaNet: opt-in (LINAC_HOPPER_BWD=1) until it has run on an H200. The
-    // delta rule always has beta, so d_beta is part of the call.
-    if (mode != "1" || kind.decay == DecayClass::Fixed || a.fwd.beta == nullptr ||
+    // DeltaNet / Gated DeltaNet (decay none / scalar). The delta rule always has beta, so
+    // d_beta is part of the call.
+    if (kind.decay == DecayClass::Fixed || a.fwd.beta == nullptr ||
         a.d_beta == nullptr)
       return false;
   } else if (kind.update != UpdateRule::Additive) {

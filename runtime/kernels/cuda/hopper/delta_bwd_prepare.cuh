@@ -6,6 +6,7 @@
 //                                                            per column, as delta_prepare.cuh)
 //   Tm  = X diag(beta),  W = X diag(beta exp(b)) K,  U = Tm V
 //   A'  = scale tril((Q K^T) . Gam),  dD_local = A'^T dO     (the readout's part of dD)
+// Shared memory: L takes q's bytes once Q K^T is done (two CTAs per SM).
 // Written: X [slots, H, C, C] fp32 (the WY backward, stage 5, needs it again), W in the input dtype,
 // U and dD_local in fp32. U's product takes Tm as hi + lo (two wgmma): the host transcription
 // measured dg at 7e-3 (gate 5e-3) with a bf16 Tm or U; W stays one bf16 product, as the forward's.
@@ -33,16 +34,20 @@ struct DeltaBwdPrepareTiles {
   using MmaAtO = WarpgroupMma<T, C, VB, C, GMMA::Major::MN, GMMA::Major::MN>; // A'^T dO
 
   static constexpr int kLdL = C + 4;  // rows of L in 16-byte vectors
+  // q is read only by the Q K^T product, L only after it: they share their bytes, which keeps the
+  // CTA under half of an SM's shared memory (two CTAs per SM instead of one).
   struct Smem {
     alignas(1024) T k[cosize_v<K>];
-    alignas(1024) T q[cosize_v<K>];
+    union {
+      alignas(1024) T q[cosize_v<K>];
+      alignas(16) float l[C * kLdL];
+    };
     alignas(1024) T v[cosize_v<V>];
     alignas(1024) T o[cosize_v<V>];
     alignas(1024) T tmHi[cosize_v<Sq>];
     alignas(1024) T tmLo[cosize_v<Sq>];
     alignas(1024) T tw[cosize_v<Sq>];
     alignas(1024) T ap[cosize_v<Sq>];
-    alignas(16) float l[C * kLdL];
     DeltaChunkScalars cs;
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
@@ -102,7 +107,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
   gemm<true>(mmaKK, thrKK.partition_fragment_A(tK.tensor()(_, _, 0)), fK, accG);
   gemm<true>(mmaKK, thrKK.partition_fragment_A(tQ.tensor()(_, _, 0)), fK, accA);
   commitAndWait(accG, accA);
-  __syncthreads();  // b
+  __syncthreads();  // b, and q's last reader is done: L overwrites it
 
   forEachPair<MmaKK>(accCoords<C, C>(mmaKK), [&](int i, int t, int s) {
     const float bt = sm.cs.beta[t];
