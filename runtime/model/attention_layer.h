@@ -2,6 +2,7 @@
 // without bias, RoPE on q and k, GQA when kv_heads < heads, scaled_dot_product_attention.
 #pragma once
 
+#include "model/cache.h"
 #include "model/layers.h"
 
 #include <torch/torch.h>
@@ -25,6 +26,14 @@ public:
   static Plan plan(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
   /// x [B, T, hidden] -> [B, T, hidden].
   torch::Tensor forward(const torch::Tensor& x);
+
+  /// An empty key / value cache of `capacity` positions for `batch` sequences, in `options`'
+  /// dtype and device (attention_layer_cached.cpp).
+  AttentionLayerCache makeCache(int64_t batch, int64_t capacity, const torch::TensorOptions& options) const;
+  /// x [B, T, hidden], the next T tokens of the cached sequences -> [B, T, hidden]: their keys and
+  /// values are appended to the cache and each query attends to every cached position up to its
+  /// own. Equals forward() over the whole sequence. Throws when the cache would overflow.
+  torch::Tensor forwardCached(const torch::Tensor& x, AttentionLayerCache& cache);
 
 private:
   spec::AttentionSpec attention_;

@@ -64,12 +64,12 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
 }
 
-torch::Tensor rope(const torch::Tensor& x, double theta) {
+torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset) {
   const int64_t T = x.size(1), D = x.size(-1);
   if (D % 2) throw std::invalid_argument("rope: head dim " + std::to_string(D) + " is odd");
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
   torch::Tensor invFreq = torch::pow(theta, -torch::arange(0, D, 2, opts) / double(D));  // [D/2]
-  torch::Tensor freqs = torch::outer(torch::arange(T, opts), invFreq);                   // [T, D/2]
+  torch::Tensor freqs = torch::outer(torch::arange(offset, offset + T, opts), invFreq);  // [T, D/2]
   torch::Tensor cos = freqs.cos().to(x.scalar_type()).view({1, T, 1, D / 2});
   torch::Tensor sin = freqs.sin().to(x.scalar_type()).view({1, T, 1, D / 2});
   torch::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);

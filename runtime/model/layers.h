@@ -66,8 +66,8 @@ int64_t intermediateSize(const spec::PresetSpec& preset);
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps = kNormEps);
 
 /// Rotary position embedding (fla's RotaryEmbedding, non-interleaved: rotate halves) on
-/// x [B, T, H, D] at positions 0..T-1. D must be even.
-torch::Tensor rope(const torch::Tensor& x, double theta);
+/// x [B, T, H, D] at positions offset..offset+T-1. D must be even.
+torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset = 0);
 
 /// Casts q, k, v to the one element type the recurrence kernels run them in: the reduced
 /// precision (bf16 / fp16) when any of them has it, else unchanged. Under CUDA autocast the

@@ -10,12 +10,6 @@
 #include <stdexcept>
 
 namespace linac::model {
-namespace {
-
-/// RoPE on spec inputs (RetNet's q, k): the spec has no theta field; fla's default.
-constexpr double kRopeTheta = 10000.0;
-
-}  // namespace
 
 Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
   const MixerDims d = resolveDims(spec, hidden);
@@ -85,7 +79,7 @@ torch::Tensor LinearMixerImpl::input(const spec::InputSpec& in, const torch::Ten
   h = activate(h, in.activation);
   h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
   if (in.l2norm && !normalizedInKernel(in.name)) h = l2Normalize(h);
-  if (in.rope) h = rope(h, kRopeTheta);
+  if (in.rope) h = rope(h, kInputRopeTheta);
   return h;
 }
 
@@ -189,10 +183,8 @@ torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B
   return o.reshape({B, T, dims_.heads * dims_.valueDim});
 }
 
-torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), H = dims_.heads;
-  Env env;  // field layout (roles.h), x's dtype and device
-  for (const auto& in : spec_.inputs) env[in.name] = input(in, x);
+void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) const {
+  const int64_t H = dims_.heads;
   for (const auto& p : spec_.params)
     env[p.name] = params_.at("param_" + p.name).to(x.scalar_type()).view(fieldShape(p.extent, 1, 1, dims_, p.name));
   auto scalar = [&](double value) { return torch::full({1, 1, 1, 1}, value, x.options()); };
@@ -202,6 +194,13 @@ torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   env["key_dim"] = scalar(double(dims_.keyDim));
   env["value_dim"] = scalar(double(dims_.valueDim));
   env["hidden"] = scalar(double(dims_.hidden));
+}
+
+torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  Env env;  // field layout (roles.h), x's dtype and device
+  for (const auto& in : spec_.inputs) env[in.name] = input(in, x);
+  addParamsAndStructure(env, x);
   torch::Tensor o;  // [B, T, H * dv]
   if (backend_ == MixerBackend::Oracle) {
     // The oracle runs in float64 on the CPU: every value the mixer reads is converted (the

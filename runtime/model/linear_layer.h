@@ -4,6 +4,7 @@
 // then the output stage (residual, norm, gate) and W_o.
 #pragma once
 
+#include "model/cache.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/roles.h"
@@ -15,6 +16,9 @@
 #include <string>
 
 namespace linac::model {
+
+/// RoPE on spec inputs (RetNet's q, k): the spec has no theta field; fla's default.
+inline constexpr double kInputRopeTheta = 10000.0;
 
 class LinearMixerImpl : public torch::nn::Module {
 public:
@@ -30,8 +34,29 @@ public:
   /// x [B, T, hidden] -> [B, T, hidden].
   torch::Tensor forward(const torch::Tensor& x);
 
+  /// A fresh (zero) cache for `batch` sequences: the state in fp32 on `options`' device, conv and
+  /// token-shift inputs in `options`' dtype (linear_layer_cached.cpp).
+  LinearLayerCache makeCache(int64_t batch, const torch::TensorOptions& options) const;
+  /// x [B, T, hidden], the next T tokens of the sequences `cache` holds (the first at `position`)
+  /// -> [B, T, hidden]; updates the cache in place. T > 1 runs the chunk kernels from the cached
+  /// state (prefill), T = 1 the decode-step kernel (the scan for a vector state). Kernels
+  /// backend only, without gradients. Equals forward() over the whole sequence.
+  torch::Tensor forwardCached(const torch::Tensor& x, LinearLayerCache& cache, int64_t position);
+
 private:
   using Env = std::map<std::string, torch::Tensor>;
+
+  /// Parameters and the structural names (head, layer, num_layers...) the expressions read.
+  void addParamsAndStructure(Env& env, const torch::Tensor& x) const;
+  /// input() continuing the cached sequences: token shift from the cached last input, the short
+  /// conv over the cached last W - 1 projected values (both updated), RoPE from `position`;
+  /// `step`: L2-normalised here even when the fused kernel would do it.
+  torch::Tensor cachedInput(const spec::InputSpec& in, const torch::Tensor& x, LinearLayerCache& cache,
+                            int64_t position, bool step) const;
+  /// The recurrence of T tokens through the chunk kernels from cache.state; o [B, T, H, dv].
+  torch::Tensor prefillRecurrence(const Env& env, LinearLayerCache& cache, int64_t B, int64_t T) const;
+  /// One token through the decode-step kernel; o [B, 1, H, dv].
+  torch::Tensor stepRecurrence(const Env& env, LinearLayerCache& cache, int64_t B) const;
 
   /// One input after token shift, projection, conv, activation, L2 norm (unless the fused kernel
   /// normalises it) and RoPE: field layout.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 namespace linac::model {
 namespace {
@@ -67,6 +68,22 @@ public:
     torch::Tensor mlp = swiglu(rmsNorm(h, params_.at("mlp_norm")), params_, "mlp");  // [B, T, hidden]
     if (probe) (*probe)("layer " + std::to_string(index) + " (mlp)", {layer + "mlp"}, mlp);
     return h + mlp;
+  }
+
+  LayerCache makeCache(int64_t batch, int64_t capacity, const torch::TensorOptions& options) const {
+    LayerCache c;
+    if (attention_) c.attention = attention_->makeCache(batch, capacity, options);
+    else c.linear = linear_->makeCache(batch, options);
+    return c;
+  }
+
+  /// forward() continuing the sequences `cache` holds, the first of x's tokens at `position`.
+  torch::Tensor forwardCached(const torch::Tensor& x, LayerCache& cache, int64_t position) {
+    torch::Tensor n = rmsNorm(x, params_.at("attn_norm"));
+    torch::Tensor mixed = attention_ ? attention_->forwardCached(n, *cache.attention)
+                                     : linear_->forwardCached(n, *cache.linear, position);  // [B, T, hidden]
+    torch::Tensor h = x + mixed;
+    return h + swiglu(rmsNorm(h, params_.at("mlp_norm")), params_, "mlp");
   }
 
 private:
@@ -144,6 +161,34 @@ std::string HybridLMImpl::locateNonFinite(const torch::Tensor& tokens) {
   if (std::string p = firstBadParameter({}, false); !p.empty()) return message + "; first non-finite parameter " + p;
   if (std::string g = firstBadParameter({}, true); !g.empty()) return message + "; first non-finite gradient " + g;
   return message + "; every parameter and gradient is finite";
+}
+
+ModelCache HybridLMImpl::makeCache(int64_t batch, int64_t capacity) const {
+  ModelCache cache;
+  cache.batch = batch;
+  cache.capacity = capacity;
+  const torch::TensorOptions options = embed_->weight.options().requires_grad(false);
+  for (size_t i = 0; i < blocks_->size(); ++i)
+    cache.layers.push_back(blocks_->ptr(i)->as<BlockImpl>()->makeCache(batch, capacity, options));
+  return cache;
+}
+
+torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCache& cache) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  if (B != cache.batch || cache.layers.size() != blocks_->size())
+    throw std::invalid_argument("forwardCached: " + std::to_string(B) + " sequences given to a cache made for " +
+                                std::to_string(cache.batch) + " (or for another model)");
+  if (T < 1 || cache.position + T > cache.capacity)
+    throw std::invalid_argument("forwardCached: " + std::to_string(T) + " tokens after " +
+                                std::to_string(cache.position) + " do not fit the cache's capacity of " +
+                                std::to_string(cache.capacity));
+  torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
+  for (size_t i = 0; i < blocks_->size(); ++i)
+    x = blocks_->ptr(i)->as<BlockImpl>()->forwardCached(x, cache.layers[i], cache.position);
+  cache.position += T;
+  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));                // [B, T, hidden]
+  const torch::Tensor& w = head_ ? head_->weight : embed_->weight;       // [vocab, hidden]
+  return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]
 }
 
 torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "linac/Spec/Spec.h"
+#include "model/cache.h"
 
 #include <torch/torch.h>
 
@@ -46,6 +47,14 @@ public:
   /// of that stage's parameters is non-finite). When the forward is finite everywhere, says so
   /// and names the first parameter whose value or gradient is non-finite (or that none is).
   std::string locateNonFinite(const torch::Tensor& tokens);
+  /// A fresh cache (model/cache.h) for `batch` sequences of at most `capacity` tokens, in the
+  /// dtype and on the device of the model's parameters (recurrent states in fp32).
+  ModelCache makeCache(int64_t batch, int64_t capacity) const;
+  /// tokens [B, T] int64, the next T tokens of the sequences `cache` holds -> logits [B, T, vocab];
+  /// updates the cache. T > 1 is a prefill (chunk kernels from the cached state), T = 1 a decode
+  /// step. The logits equal forward()'s at the same positions of the whole sequences. Inference
+  /// only: call it under torch::NoGradGuard.
+  torch::Tensor forwardCached(const torch::Tensor& tokens, ModelCache& cache);
   int64_t parameterCount() const;
   /// One entry per layer: the linear spec's name or the attention spec's name.
   const std::vector<std::string>& layerNames() const { return layerNames_; }

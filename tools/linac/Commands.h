@@ -13,6 +13,8 @@ int runVerify(int argc, char** argv);
 int runBench(int argc, char** argv);
 int runTrain(int argc, char** argv);
 int runEval(int argc, char** argv);
+int runGenerate(int argc, char** argv);
+int runMemory(int argc, char** argv);
 int runSweep(int argc, char** argv);
 
 }  // namespace linac::cli

@@ -8,6 +8,7 @@
 #include "Commands.h"
 #include "EvalTasks.h"
 #include "KernelLookup.h"
+#include "RunCheckpoint.h"
 
 #include "data/data.h"
 #include "data/token_shards.h"
@@ -24,7 +25,6 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
-#include <sys/stat.h>
 
 namespace linac::cli {
 namespace {
@@ -43,11 +43,6 @@ std::vector<int64_t> parseList(const std::string& text, const std::string& flag)
     }
   }
   return out;
-}
-
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace
@@ -80,14 +75,9 @@ int runEval(int argc, char** argv) {
     throw UsageError("--examples and --batch must be >= 1, --limit >= 0");
   for (int64_t c : settings.contexts)
     if (c < 1) throw UsageError("--context: " + std::to_string(c) + " is not a positive length");
-  std::string ckpt = args.positional[0];
-  std::string dir = ckpt;
-  if (isDirectory(ckpt)) {
-    ckpt = trainer::latestIntactCheckpoint(dir, &std::cerr);
-  } else {
-    dir = ckpt.substr(0, ckpt.find_last_of('/') == std::string::npos ? 0 : ckpt.find_last_of('/'));
-    if (dir.empty()) dir = ".";
-  }
+  const RunCheckpoint found = resolveCheckpoint(args.positional[0], std::cerr);
+  const std::string& ckpt = found.ckpt;
+  const std::string& dir = found.dir;
   const eval::RunModel run = eval::loadRunModel(dir);
   const model::ModelConfig& mc = run.config;
   requireKernels(mc.linear, run.inputs.spec);
@@ -164,7 +154,7 @@ int runEval(int argc, char** argv) {
     for (auto& line : runTasks(plan, settings, *model, *tokenizer, haystack)) lines.push_back(std::move(line));
   }
   for (auto& line : lines) {
-    line["checkpoint"] = ckpt.substr(ckpt.find_last_of('/') == std::string::npos ? 0 : ckpt.find_last_of('/') + 1);
+    line["checkpoint"] = found.fileName();
     line["step"] = step;
   }
   tasks::appendJsonLines(dir + "/eval.jsonl", lines);

@@ -17,6 +17,8 @@ int runVerify(int, char**) { noRuntime("verify"); }
 int runBench(int, char**) { noRuntime("bench"); }
 int runTrain(int, char**) { noRuntime("train"); }
 int runEval(int, char**) { noRuntime("eval"); }
+int runGenerate(int, char**) { noRuntime("generate"); }
+int runMemory(int, char**) { noRuntime("memory"); }
 int runSweep(int, char**) { noRuntime("sweep"); }
 
 }  // namespace linac::cli

@@ -33,6 +33,11 @@ void printUsage(std::ostream& os) {
         "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"
         "              [--limit N] [--batch B]\n"
         "                       perplexity, MQAR recall, RULER and zero-shot tasks of a trained model\n"
+        "  generate CHECKPOINT --prompt TEXT [--max-new N] [--temperature T] [--top-p P] [--seed S]\n"
+        "              [--batch B] [--device cpu|cuda]\n"
+        "                       continue a prompt through the state caches (prefill, then decode steps)\n"
+        "  memory SPEC [--schedule 3:1] [--preset tiny] [--context L] [--batch B] [--dtype bf16] [--json]\n"
+        "                       bytes of the inference caches per layer, beside the all-attention model's\n"
         "  sweep --specs A.yaml,B.yaml [--schedules 3:1,pure,transformer] [--preset P] [--steps N]\n"
         "        [--tasks ppl,mqar,...] [--seeds 1,2,3] [--out DIR] [--device cpu|cuda]\n"
         "        [--train-args \"...\"] [--eval-args \"...\"] [--plots on|off]\n"
@@ -59,9 +64,11 @@ int main(int argc, char** argv) {
     if (command == "bench") return linac::cli::runBench(argc, argv);
     if (command == "train") return linac::cli::runTrain(argc, argv);
     if (command == "eval") return linac::cli::runEval(argc, argv);
+    if (command == "generate") return linac::cli::runGenerate(argc, argv);
+    if (command == "memory") return linac::cli::runMemory(argc, argv);
     if (command == "sweep") return linac::cli::runSweep(argc, argv);
-    std::string hint =
-        linac::spec::closestMatch(command, {"compile", "emit", "verify", "bench", "train", "eval", "sweep", "help"});
+    std::string hint = linac::spec::closestMatch(
+        command, {"compile", "emit", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
