@@ -14,6 +14,8 @@ if(TARGET linac)
   # The installed binary finds LibTorch, LLVM and the other shared libraries where it was linked.
   set_target_properties(linac PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS linac RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  # `linac sweep` draws its plots with this script (found beside the binary, ../share/linac).
+  install(PROGRAMS ${LINAC_SOURCE_DIR}/tools/sweep_plots.py DESTINATION ${CMAKE_INSTALL_DATADIR}/linac)
 endif()
 
 set(LINAC_EXPORTED_TARGETS LinacSpec)

@@ -6,8 +6,8 @@ in DIR/plots/:
                      (the Transformer drawn in every panel)
   recall             MQAR accuracy (and the RULER average per context length, where evaluated)
                      against the share of attention layers, a line per variant
-  memory_quality     state + KV-cache bytes at the evaluated context against recall and
-                     perplexity (drawn when the rows carry "cache_bytes")
+  memory_quality     state + KV-cache bytes (`linac memory` at the sweep's --memory-context)
+                     against recall and perplexity
 
 usage: python3 tools/sweep_plots.py SWEEP_DIR
 Exit 0 with the plots written; 3 when matplotlib is missing (the sweep reports it and goes on).

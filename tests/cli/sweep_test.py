@@ -60,15 +60,19 @@ def micro_sweep(work):
     assert set(rows) == {"gla-3to1", "retnet-3to1", "transformer"}, rows.keys()
     for name, row in rows.items():
         assert row["status"] == "done", row
-        for column in ("train_loss", "ppl", "mqar_2", "mqar", "ruler_512", "arc_easy_acc", "arc_easy_acc_norm"):
+        for column in ("train_loss", "ppl", "mqar_2", "mqar", "ruler_512", "arc_easy_acc", "arc_easy_acc_norm",
+                       "cache_bytes"):
             assert row[column] != "", f"{name}: no {column} in {row}"
         assert float(row["ppl"]) > 1.0, row
     assert rows["gla-3to1"]["attention_share"] == "0.25" and rows["transformer"]["attention_share"] == "1.0", rows
+    # A hybrid keeps less cache than the Transformer at the sweep's memory context.
+    assert int(rows["gla-3to1"]["cache_bytes"]) < int(rows["transformer"]["cache_bytes"]), rows
+    assert float(rows["transformer"]["cache_share_of_transformer"]) == 1.0, rows
     with open(os.path.join(out, "results.json")) as f:
         assert len(json.load(f)) == 3
     check_in("[3/3] transformer: done in", p.stdout)
     if importlib.util.find_spec("matplotlib"):
-        for plot in ("loss_curves", "recall"):
+        for plot in ("loss_curves", "recall", "memory_quality"):
             for ext in ("png", "svg"):
                 path = os.path.join(out, "plots", f"{plot}.{ext}")
                 assert os.path.getsize(path) > 1000, path

@@ -127,8 +127,9 @@ std::string csvField(const nlohmann::json& v) {
 }  // namespace
 
 Json SweepSettings::toJson() const {
-  return Json{{"preset", preset}, {"steps", steps},         {"tasks", tasks},
-              {"device", device}, {"train_args", trainArgs}, {"eval_args", evalArgs}};
+  return Json{{"preset", preset},         {"steps", steps},         {"tasks", tasks},
+              {"device", device},         {"train_args", trainArgs}, {"eval_args", evalArgs},
+              {"memory_context", memoryContext}};
 }
 
 std::string scheduleSlug(const std::string& schedule) {
@@ -172,6 +173,11 @@ Json cellResults(const SweepCell& cell, const std::string& cellDir) {
   const std::string runDir = cellDir + "/run";
   if (auto model = readJson(runDir + "/model.json")) addShape(row, *model);
   addTraining(row, runDir);
+  if (auto memory = readJson(cellDir + "/memory.json"); memory && memory->contains("total")) {
+    row["memory_context"] = (*memory)["context"];
+    row["cache_bytes"] = (*memory)["total"]["total"];
+    row["cache_share_of_transformer"] = (*memory)["share_of_transformer"];
+  }
   addScores(row, runDir);
   return row;
 }

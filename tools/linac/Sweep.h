@@ -5,6 +5,7 @@
 //   DIR/cells/<cell>/run/          the cell's `linac train` run directory (eval.jsonl inside)
 //   DIR/cells/<cell>/train.log     its output; eval.log likewise
 //   DIR/cells/<cell>/cell.json     {"status": "done" | "failed", "stage", "exit_code", "seconds"}
+//   DIR/cells/<cell>/memory.json   `linac memory --json` of the cell at the sweep's memory context
 //   DIR/results.csv, results.json  one row per cell (results are re-read from the run directories)
 //   DIR/plots/*.png, *.svg         tools/sweep_plots.py, when Python has matplotlib
 //
@@ -28,6 +29,7 @@ struct SweepSettings {
   std::string device;                 // cpu | cuda
   std::vector<std::string> trainArgs; // further `linac train` flags, as given
   std::vector<std::string> evalArgs;  // further `linac eval` flags, as given
+  int64_t memoryContext = 0;          // tokens at which `linac memory` sizes each cell's cache
   nlohmann::ordered_json toJson() const;
 };
 
@@ -53,7 +55,8 @@ std::vector<SweepCell> planCells(const SweepGrid& grid);
 std::string scheduleSlug(const std::string& schedule);
 
 /// One results row for a cell from its folder: settings, status, training loss, throughput and
-/// every eval.jsonl score of its final checkpoint, flattened ("ppl", "mqar_4", "mqar",
+/// its cache bytes (memory.json: "cache_bytes", "cache_share_of_transformer") and every
+/// eval.jsonl score of its final checkpoint, flattened ("ppl", "mqar_4", "mqar",
 /// "ruler_1024", "ruler_niah_single_1_1024", "arc_easy_acc", ...).
 nlohmann::ordered_json cellResults(const SweepCell& cell, const std::string& cellDir);
 

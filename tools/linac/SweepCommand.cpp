@@ -19,6 +19,7 @@
 #include <iostream>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace linac::cli {
 namespace {
@@ -30,6 +31,7 @@ constexpr const char* kDefaultTasks = "ppl,mqar";
 constexpr const char* kDefaultOut = "runs/sweep";
 constexpr int64_t kDefaultSteps = 300;  // linac train's own default
 constexpr int kSweepFormat = 1;         // sweep.json's "linac_sweep"
+constexpr int64_t kDefaultMemoryContext = 4096;  // tokens at which each cell's cache is sized
 
 std::vector<std::string> splitList(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -152,7 +154,7 @@ std::string plotScript() {
 int runSweep(int argc, char** argv) {
   Args args = parseArgs(argc, argv, 2,
                         {"specs", "schedules", "preset", "steps", "out", "tasks", "seeds", "device", "train-args",
-                         "eval-args", "plots"},
+                         "eval-args", "plots", "memory-context"},
                         {});
   if (!args.positional.empty())
     throw UsageError("unexpected argument '" + args.positional[0] + "'; the specs go in --specs A.yaml,B.yaml");
@@ -181,7 +183,9 @@ int runSweep(int argc, char** argv) {
   settings.device = args.get("device", "");
   settings.trainArgs = splitList(args.get("train-args", ""), ' ');
   settings.evalArgs = splitList(args.get("eval-args", ""), ' ');
+  settings.memoryContext = args.getInt("memory-context", kDefaultMemoryContext);
   if (settings.steps < 1) throw UsageError("--steps must be >= 1");
+  if (settings.memoryContext < 1) throw UsageError("--memory-context must be >= 1");
 
   const std::string dir = args.get("out", kDefaultOut);
   makeDirs(dir + "/cells");
@@ -246,6 +250,14 @@ int runSweep(int argc, char** argv) {
                 << failedStage << ".log" << std::endl;
     } else {
       writeCellState(cellDir, "done", "", 0, seconds());
+      // The cell's state + KV-cache bytes at --memory-context (`linac memory --json`).
+      const std::string memory = cellDir + "/memory.json";
+      ::unlink(memory.c_str());
+      const ChildExit sized = runLogged({self, "memory", cell.spec, "--schedule", cell.schedule, "--preset",
+                                         settings.preset, "--context", std::to_string(settings.memoryContext),
+                                         "--json"},
+                                        memory);
+      if (sized.code != 0) std::cout << tag << ": no memory figure (" << lastLine(memory) << ")" << std::endl;
     }
     Json row = cellResults(cell, cellDir);
     if (failedStage.empty()) std::cout << tag << ": done in " << duration(seconds()) << headline(row) << std::endl;
