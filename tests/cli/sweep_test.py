@@ -55,9 +55,10 @@ def metrics_bytes(out, cell):
 
 def micro_sweep(work):
     out = os.path.join(work, "sweep")
-    p = sweep(out, [spec("gla"), spec("retnet")], "3:1,transformer", expect=0)
+    grid = ([spec("gla"), spec("retnet")], "3:1,pure,transformer")  # 2 specs x 2 schedules + a Transformer
+    p = sweep(out, *grid, expect=0)
     rows = results(out)
-    assert set(rows) == {"gla-3to1", "retnet-3to1", "transformer"}, rows.keys()
+    assert set(rows) == {"gla-3to1", "gla-pure", "retnet-3to1", "retnet-pure", "transformer"}, rows.keys()
     for name, row in rows.items():
         assert row["status"] == "done", row
         for column in ("train_loss", "ppl", "mqar_2", "mqar", "ruler_512", "arc_easy_acc", "arc_easy_acc_norm",
@@ -65,12 +66,13 @@ def micro_sweep(work):
             assert row[column] != "", f"{name}: no {column} in {row}"
         assert float(row["ppl"]) > 1.0, row
     assert rows["gla-3to1"]["attention_share"] == "0.25" and rows["transformer"]["attention_share"] == "1.0", rows
+    assert rows["gla-pure"]["attention_share"] == "0.0", rows
     # A hybrid keeps less cache than the Transformer at the sweep's memory context.
     assert int(rows["gla-3to1"]["cache_bytes"]) < int(rows["transformer"]["cache_bytes"]), rows
     assert float(rows["transformer"]["cache_share_of_transformer"]) == 1.0, rows
     with open(os.path.join(out, "results.json")) as f:
-        assert len(json.load(f)) == 3
-    check_in("[3/3] transformer: done in", p.stdout)
+        assert len(json.load(f)) == 5
+    check_in("[5/5] transformer: done in", p.stdout)
     if importlib.util.find_spec("matplotlib"):
         for plot in ("loss_curves", "recall", "memory_quality"):
             for ext in ("png", "svg"):
@@ -81,8 +83,8 @@ def micro_sweep(work):
 
     # A re-run trains nothing again: every cell is reported as done earlier.
     before = metrics_bytes(out, "gla-3to1")
-    again = sweep(out, [spec("gla"), spec("retnet")], "3:1,transformer", expect=0)
-    assert again.stdout.count("done earlier") == 3, again.stdout
+    again = sweep(out, *grid, expect=0)
+    assert again.stdout.count("done earlier") == 5, again.stdout
     assert metrics_bytes(out, "gla-3to1") == before
 
 
