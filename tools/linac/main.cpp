@@ -2,6 +2,7 @@
 // depends on the build (the compiler needs MLIR, verify/train need the runtime).
 #include "Args.h"
 #include "Commands.h"
+#include "Version.h"
 
 #include "linac/Spec/Diagnostic.h"
 
@@ -42,6 +43,7 @@ void printUsage(std::ostream& os) {
         "        [--tasks ppl,mqar,...] [--seeds 1,2,3] [--out DIR] [--device cpu|cuda]\n"
         "        [--train-args \"...\"] [--eval-args \"...\"] [--plots on|off]\n"
         "                       train and evaluate the grid as one resumable folder; results table and plots\n"
+        "  version, --version   the version, the commit it was built from, the build's options\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
     os << "\n(this build has no compiler: configure with MLIR 22 for `compile`)\n";
@@ -56,6 +58,10 @@ int main(int argc, char** argv) {
     printUsage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    std::cout << linac::cli::versionText() << "\n";
+    return 0;
+  }
   std::string command = argv[1];
   try {
     if (command == "compile") return linac::cli::runCompile(argc, argv);
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
     if (command == "memory") return linac::cli::runMemory(argc, argv);
     if (command == "sweep") return linac::cli::runSweep(argc, argv);
     std::string hint = linac::spec::closestMatch(
-        command, {"compile", "emit", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "help"});
+        command, {"compile", "emit", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "version", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
