@@ -18,7 +18,6 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace linac::cli {
@@ -39,21 +38,6 @@ std::vector<std::string> splitList(const std::string& text, char sep) {
   for (std::string part; std::getline(ss, part, sep);)
     if (!part.empty()) out.push_back(part);
   return out;
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-/// mkdir -p (POSIX: the PyPI libtorch linked in exports an incompatible std::filesystem).
-void makeDirs(const std::string& path) {
-  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
-    const std::string prefix = at == std::string::npos ? path : path.substr(0, at);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
-      throw std::runtime_error("cannot create " + prefix + ": " + std::strerror(errno));
-    if (at == std::string::npos) return;
-  }
 }
 
 std::string absolutePath(const std::string& path) {
@@ -145,7 +129,7 @@ std::string headline(const Json& row) {
 std::string plotScript() {
   const std::string exe = selfExecutable();
   const std::string installed = exe.substr(0, exe.find_last_of('/')) + "/../share/linac/sweep_plots.py";
-  if (exists(installed)) return installed;
+  if (trainer::detail::pathExists(installed)) return installed;
   return std::string(LINAC_SOURCE_DIR) + "/tools/sweep_plots.py";
 }
 
@@ -188,7 +172,7 @@ int runSweep(int argc, char** argv) {
   if (settings.memoryContext < 1) throw UsageError("--memory-context must be >= 1");
 
   const std::string dir = args.get("out", kDefaultOut);
-  makeDirs(dir + "/cells");
+  trainer::detail::makeDirectories(dir + "/cells");
   grid = reconcile(dir, settings, grid);
   const std::vector<SweepCell> cells = planCells(grid);
   const std::string self = selfExecutable();
@@ -202,7 +186,7 @@ int runSweep(int argc, char** argv) {
     const SweepCell& cell = cells[i];
     const std::string cellDir = dir + "/cells/" + cell.name, runDir = cellDir + "/run";
     const std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(cells.size()) + "] " + cell.name;
-    makeDirs(cellDir);
+    trainer::detail::makeDirectories(cellDir);
     Json before = cellResults(cell, cellDir);
     if (before["status"] == "done") {
       std::cout << tag << ": done earlier" << headline(before) << std::endl;
@@ -214,8 +198,8 @@ int runSweep(int argc, char** argv) {
     std::vector<std::string> train = {self, "train", cell.spec, "--schedule", cell.schedule, "--preset",
                                       settings.preset, "--steps", std::to_string(settings.steps), "--seed",
                                       std::to_string(cell.seed), "--out", runDir};
-    if (exists(runDir + "/latest")) train.push_back("--resume");      // a failed or stopped cell continues
-    else if (exists(runDir)) train.push_back("--overwrite");          // it never reached a checkpoint
+    if (trainer::detail::pathExists(runDir + "/latest")) train.push_back("--resume");      // a failed or stopped cell continues
+    else if (trainer::detail::pathExists(runDir)) train.push_back("--overwrite");          // it never reached a checkpoint
     std::vector<std::string> eval = {self, "eval", runDir, "--tasks", settings.tasks};
     if (!settings.device.empty()) {
       for (auto* v : {&train, &eval}) v->insert(v->end(), {"--device", settings.device});
