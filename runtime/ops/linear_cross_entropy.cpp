@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/addmm.h>
 
 #include <algorithm>
@@ -36,11 +37,11 @@ void accumulateWeightGradient(torch::Tensor& gradWeight, const torch::Tensor& gr
 
 LossAndGradients lossAndGradients(const torch::Tensor& hidden, const torch::Tensor& weight,
                                   const torch::Tensor& targets, const LinearCrossEntropyOptions& options,
-                                  bool wantHidden, bool wantWeight) {
+                                  torch::ScalarType deviceGemmDtype, bool wantHidden, bool wantWeight) {
   const int64_t tokens = hidden.size(0), vocab = weight.size(0);
   // Mixed-precision GEMMs (fp32 accumulation, fp32 output for the weight's gradient) on CUDA;
   // the CPU has no fp32-output GEMM for bf16 / fp16, so there the chunks' GEMMs run in fp32.
-  const torch::ScalarType gemmDtype = hidden.is_cuda() ? hidden.scalar_type() : torch::kFloat32;
+  const torch::ScalarType gemmDtype = hidden.is_cuda() ? deviceGemmDtype : torch::kFloat32;
   const torch::Tensor w = weight.to(gemmDtype);                                  // [V, d]
   const torch::Tensor scored = targets.ne(options.ignoreIndex);                  // [N] bool
   const torch::Tensor perToken = scored.sum().to(torch::kFloat32).reciprocal();  // [] 1 / scored tokens
@@ -82,11 +83,11 @@ LossAndGradients lossAndGradients(const torch::Tensor& hidden, const torch::Tens
 struct LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& targets, int64_t ignoreIndex,
-                               int64_t chunkBytes, bool wantHidden, bool wantWeight) {
+                               int64_t chunkBytes, int64_t gemmDtype, bool wantHidden, bool wantWeight) {
     // The dtypes are chosen here (fp32 softmax and accumulation): autocast must not recast the GEMMs.
     c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
-    LossAndGradients pass =
-        lossAndGradients(hidden, weight, targets, {ignoreIndex, chunkBytes}, wantHidden, wantWeight);
+    LossAndGradients pass = lossAndGradients(hidden, weight, targets, {ignoreIndex, chunkBytes},
+                                             static_cast<torch::ScalarType>(gemmDtype), wantHidden, wantWeight);
     if (pass.gradHidden.defined())
       ctx->saved_data["grad_hidden"] = pass.gradHidden;
     if (pass.gradWeight.defined())
@@ -104,7 +105,7 @@ struct LinearCrossEntropyFunction : public torch::autograd::Function<LinearCross
       const torch::Tensor g = saved->second.toTensor();
       return g * gradLoss.to(g.scalar_type());
     };
-    return {scaled("grad_hidden"), scaled("grad_weight"), {}, {}, {}, {}, {}};
+    return {scaled("grad_hidden"), scaled("grad_weight"), {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -130,9 +131,15 @@ torch::Tensor linearCrossEntropy(const torch::Tensor& hidden, const torch::Tenso
   checks::expectDevice(kOp, "targets", targets, hidden.device());
   if (options.chunkBytes < 1)
     checks::fail(kOp, "options.chunkBytes", "a positive memory budget", std::to_string(options.chunkBytes));
+  // Under CUDA autocast the GEMMs take autocast's dtype, as torch::linear on the logits path would
+  // (an fp32 hidden state would otherwise run the LM head's GEMMs in fp32).
+  torch::ScalarType gemmDtype = hidden.scalar_type();
+  if (hidden.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA))
+    gemmDtype = at::autocast::get_autocast_dtype(at::kCUDA);
   const bool grad = torch::GradMode::is_enabled();
   return LinearCrossEntropyFunction::apply(hidden, weight, targets, options.ignoreIndex, options.chunkBytes,
-                                           grad && hidden.requires_grad(), grad && weight.requires_grad());
+                                           static_cast<int64_t>(gemmDtype), grad && hidden.requires_grad(),
+                                           grad && weight.requires_grad());
 }
 
 }  // namespace linac::ops

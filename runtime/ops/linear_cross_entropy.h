@@ -34,7 +34,9 @@ struct LinearCrossEntropyOptions {
 /// is ignored). hidden [N, d] and weight [V, d]: same dtype (fp32 / bf16 / fp16), same device;
 /// targets [N] int64 in [0, V) or ignoreIndex. Returns a 0-d fp32 tensor, differentiable with
 /// respect to hidden and weight (gradients in their dtypes; only those wanted are computed). Never
-/// reads a value back to the host. Bad arguments throw std::invalid_argument naming the argument.
+/// reads a value back to the host. On CUDA the GEMMs run in the inputs' dtype, or in autocast's when
+/// CUDA autocast is on (as the logits path's torch::linear would); softmax and sums stay fp32.
+/// Bad arguments throw std::invalid_argument naming the argument.
 torch::Tensor linearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                  const torch::Tensor& targets, const LinearCrossEntropyOptions& options = {});
 
