@@ -20,7 +20,7 @@ std::vector<int64_t> packedLengths(int64_t seqLen) {
 void consistencySection(Report& report, const runtime::VariantKernels& kernels, const Shape& s,
                         kernels::DType dtype, const Options& options, std::ostream& log) {
   const std::string setting = std::string(dtypeName(dtype)) + " " + s.text();
-  log << "  consistency " << setting << "\n";
+  log << "  consistency " << setting << std::endl;
   const double tol = tolerance(dtype);
   const auto type = scalarType(dtype);
   const auto dev = device(options);

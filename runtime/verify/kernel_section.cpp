@@ -31,7 +31,7 @@ void kernelSection(Report& report, const runtime::VariantKernels& kernels, const
   const int64_t chunk = options.chunk ? options.chunk : kernels.chunk;
   for (const GateRegime& regime : kRegimes) {
     std::string setting = std::string(dtypeName(dtype)) + " " + s.text() + " " + regime.name;
-    log << "  kernel      " << setting << "\n";
+    log << "  kernel      " << setting << std::endl;  // flushed: a run cut short shows where it was
     CoreInputs in;
     if (kernels.vectorState) {
       const int64_t D = s.heads * s.valueDim;

@@ -183,7 +183,7 @@ void compareLeafGrads(Report& report, const std::string& section, const std::str
 void specSection(Report& report, const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
                  const Shape& s, kernels::DType dtype, const Options& options, std::ostream& log) {
   const std::string setting = std::string(dtypeName(dtype)) + " " + s.text();
-  log << "  spec        " << setting << "\n";
+  log << "  spec        " << setting << std::endl;  // flushed: a run cut short shows where it was
   const double tol = tolerance(dtype);
   const auto type = scalarType(dtype);
   const auto dev = device(options);
@@ -284,7 +284,7 @@ void fusedSection(Report& report, const spec::VariantSpec& spec, const runtime::
   const bool inKernel = prologue::runsInKernel(kernels, ker, opt);
   const std::string setting = std::string(dtypeName(dtype)) + " " + s.text() +
                               (inKernel ? " in-kernel" : " composed");
-  log << "  fused       " << setting << "\n";
+  log << "  fused       " << setting << std::endl;
 
   auto [o, ht] = prologue::fusedRecurrence(kernels, ker, opt);
   auto layout = [&](const std::string& role, const torch::Tensor& t) {

@@ -59,7 +59,7 @@ Report run(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels
   Report report;
   report.seed = options.seed ? options.seed : std::random_device{}();
   torch::manual_seed(report.seed);
-  log << "linac verify " << spec.name << " (" << options.backend << ", seed " << report.seed << ")\n";
+  log << "linac verify " << spec.name << " (" << options.backend << ", seed " << report.seed << ")" << std::endl;
   for (const Shape& shape : options.shapes)
     for (kernels::DType dtype : options.dtypes) {
       detail::kernelSection(report, kernels, shape, dtype, options, log);
