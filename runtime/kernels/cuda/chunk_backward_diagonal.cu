@@ -54,8 +54,7 @@
 // (hi_t - hi_s) + (lo_t - lo_s), exact to fp32 where it matters (with gates clamped at -20, b
 // reaches -1280 in a chunk and fp32 b's alone put ~1e-5 into dg).
 // Products run on tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation). fp32 inputs use 3xTF32;
-// bf16 / fp16 inputs use 3xTF32 in passes 1-2 when d_g is requested (dg is a long reverse cumsum
-// of q.dq - k.dk, see NOTES.md for the additive path's measurement) and 1xTF32 otherwise.
+// bf16 / fp16 inputs use 1xTF32 (d_g's chunk-local form above needs no more).
 // Every output is written by exactly one thread: deterministic, no atomics.
 // Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (slots ~ B T / C), d_u partials
 // [slots, H, dk].
@@ -615,12 +614,14 @@ void setSmem(K kernel, size_t bytes) {
                                         int(bytes)));
 }
 
-template <typename T, int DK, bool PreciseDg>
+template <typename T, int DK>
 void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
                    const RecurrenceBackwardArgs& a, int N, cudaStream_t stream) {
+  // 3xTF32 where the inputs are fp32; 16-bit inputs take 1xTF32 in every pass, d_g included: its
+  // chunk-local form (header) leaves no long cancelling sum for the products' rounding to grow in.
   constexpr bool kF32 = std::is_same_v<T, float>;
-  constexpr bool PreciseState = kF32 || PreciseDg;  // passes 1, 2
-  constexpr bool PreciseDv = kF32;                  // pass 3
+  constexpr bool PreciseState = kF32;  // passes 1, 2
+  constexpr bool PreciseDv = kF32;     // pass 3
   const int H = int(s.heads), dv = int(s.value_dim);
   const int nvb = dv / kSlice, nks = DK / kSlice;
   const bool varlen = s.cu_seqlens != nullptr;
@@ -701,20 +702,13 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
-template <typename T, int DK>
-void runDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
-                const RecurrenceBackwardArgs& a, int N, cudaStream_t stream) {
-  if (a.d_g) launchDiagBwd<T, DK, true>(kind, s, a, N, stream);
-  else launchDiagBwd<T, DK, false>(kind, s, a, N, stream);
-}
-
 template <typename T>
 void dispatchKeyDim(const RecurrenceKind& kind, const RecurrenceShape& s,
                     const RecurrenceBackwardArgs& a, int N, cudaStream_t stream) {
   switch (s.key_dim) {
-    case 64: runDiagBwd<T, 64>(kind, s, a, N, stream); break;
-    case 128: runDiagBwd<T, 128>(kind, s, a, N, stream); break;
-    case 256: runDiagBwd<T, 256>(kind, s, a, N, stream); break;
+    case 64: launchDiagBwd<T, 64>(kind, s, a, N, stream); break;
+    case 128: launchDiagBwd<T, 128>(kind, s, a, N, stream); break;
+    case 256: launchDiagBwd<T, 256>(kind, s, a, N, stream); break;
     default:
       LINAC_REQUIRE(false, "diagonalChunkBackward: key_dim must be 64, 128 or 256, got " +
                                std::to_string(s.key_dim));

@@ -12,13 +12,15 @@
 //             plus, exclusive, P[t][t] = scale sum_c q_tc u_c k_tc (RWKV-6's bonus)
 // P in 16-token blocks: a block below the diagonal (rows of block i > columns of block j) factors
 // through the reference r = b at the last row of block i - 1, exp(bq_t - r) exp(r - b_s), both
-// exponents <= 0, so it is a product of scaled rows (one exponent per element, not per pair); a
-// diagonal block sums the pairs elementwise. Strong gates underflow to 0, never overflow.
+// exponents <= 0, so it is a product of scaled rows (one exponent per element, not per pair). A
+// diagonal block walks decay chains (diagonalBlocksByChains): no exponential per pair either.
+// Strong gates underflow to 0, never overflow.
 // Outputs in the input dtype except decay (fp32): qd, kd [B, T, H, dk]; P [slots, H, C, C];
 // decay [slots, H, dk].
 #pragma once
 
 #include "../chunk_slots.cuh"
+#include "../tile.cuh"
 #include "chunk_decay.cuh"
 #include "forward_params.h"
 #include "tiles.cuh"
@@ -46,9 +48,102 @@ struct DiagonalPrepareSmem {
   T q[C * kLdH];
   T k[C * kLdH];
   float b[C * kLdB];                       // g, then its in-chunk cumsum
-  float x[C * kLdX];                       // scaled rows of one block row: A rows, then B rows
+  float x[C * kLdX];                       // a = exp(g) [C, DK]; then scaled rows of a block row
+  float pd[C / kBlock][kBlock][kBlock];    // the diagonal blocks' sums, unscaled
   float u[DK];
+  static_assert(C * DK <= C * kLdX, "a = exp(g) fits in x");
 };
+
+/// One step of reduceScatter16: lanes whose `kBit` is clear keep v[0, kWidth), the others
+/// v[kWidth, 2 kWidth) (moved down to v[0, kWidth)); each adds its partner's copy of what it keeps.
+template <int kWidth, int kBit>
+__device__ inline void reduceScatterStep(float (&v)[16], int lane) {
+  const bool upper = (lane & kBit) != 0;
+  CUTE_UNROLL
+  for (int i = 0; i < kWidth; ++i) {
+    const float send = upper ? v[i] : v[i + kWidth];
+    const float keep = upper ? v[i + kWidth] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kBit);
+  }
+}
+
+/// The sum over a warp's 32 lanes of v[lane >> 1], returned on both lanes of each pair: a
+/// reduce-scatter of 16 values in 16 shuffles, where 16 separate warp sums would take 80.
+__device__ inline float reduceScatter16(float (&v)[16], int lane) {
+  reduceScatterStep<8, 16>(v, lane);
+  reduceScatterStep<4, 8>(v, lane);
+  reduceScatterStep<2, 4>(v, lane);
+  reduceScatterStep<1, 2>(v, lane);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+/// The diagonal 16 x 16 blocks of P (unscaled) into sm.pd, by decay chains: the pair factor
+/// exp(bq_t - b_s) of a channel is the product of the per-token decays a_u = exp(g_u) from s + 1
+/// to t (inclusive; to t - 1 exclusive), so walking t upward from s, the running key z = k_s . prod a
+/// takes one multiply per step and a pair costs a multiply and a fused multiply-add per channel,
+/// no exponential (the exponentials are a's, one per token and channel). A warp owns one block and
+/// half of its source tokens s, {0, 3, 4, 7, ...} or {1, 2, 5, 6, ...} (equal work: 68 pairs
+/// each); a lane owns DK / 32 adjacent channels, and the sum over channels is reduceScatter16.
+/// Exclusive readout: P[t][t] is the bonus q_t . (u * k_t).
+template <class T, int DK, bool kExclusive, class Smem>
+__device__ void diagonalBlocksByChains(Smem& sm, const float* a /* [C, DK] */) {
+  constexpr int NB = Smem::kBlock, LdH = Smem::kLdH, CPL = DK / 32;
+  static_assert(CPL == 2 || CPL == 4, "DK 64 or 128");
+  static_assert(kDiagonalPrepareThreads == 2 * 32 * (Smem::C / NB), "two warps per diagonal block");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c0 = lane * CPL;
+  const int blk = warp / 2, half = warp % 2;
+  auto loadRow = [&](const T* base, int row, float (&out)[CPL]) {  // CPL 16-bit values at (row, c0)
+    const T* src = base + row * LdH + c0;
+    if constexpr (CPL == 4) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+      const float2 lo = unpack2<T>(w.x), hi = unpack2<T>(w.y);
+      out[0] = lo.x; out[1] = lo.y; out[2] = hi.x; out[3] = hi.y;
+    } else {
+      const float2 f = unpack2<T>(*reinterpret_cast<const uint32_t*>(src));
+      out[0] = f.x; out[1] = f.y;
+    }
+  };
+  auto loadDecay = [&](int row, float (&out)[CPL]) {
+    const float* src = a + row * DK + c0;
+    if constexpr (CPL == 4) {
+      const float4 f = *reinterpret_cast<const float4*>(src);
+      out[0] = f.x; out[1] = f.y; out[2] = f.z; out[3] = f.w;
+    } else {
+      const float2 f = *reinterpret_cast<const float2*>(src);
+      out[0] = f.x; out[1] = f.y;
+    }
+  };
+  for (int i = 0; i < NB / 4; ++i)
+    for (int pick = 0; pick < 2; ++pick) {
+      const int s = 4 * i + (half == 0 ? (pick == 0 ? 0 : 3) : (pick == 0 ? 1 : 2));
+      const int first = kExclusive ? s + 1 : s;  // the first decayed row
+      float z[CPL];
+      loadRow(sm.k, blk * NB + s, z);
+      float part[NB];
+      CUTE_UNROLL
+      for (int t = 0; t < NB; ++t) {
+        part[t] = 0.f;
+        if (t < s) continue;  // warp-uniform
+        float q[CPL];
+        loadRow(sm.q, blk * NB + t, q);
+        if (kExclusive && t == s) {
+          CUTE_UNROLL
+          for (int j = 0; j < CPL; ++j) part[t] = fmaf(q[j] * sm.u[c0 + j], z[j], part[t]);
+          continue;
+        }
+        if (t > first) {
+          float dec[CPL];
+          loadDecay(blk * NB + (kExclusive ? t - 1 : t), dec);
+          CUTE_UNROLL
+          for (int j = 0; j < CPL; ++j) z[j] *= dec[j];
+        }
+        CUTE_UNROLL
+        for (int j = 0; j < CPL; ++j) part[t] = fmaf(q[j], z[j], part[t]);
+      }
+      const float sum = reduceScatter16(part, lane);
+      if ((lane & 1) == 0) sm.pd[blk][lane >> 1][s] = sum;
+    }
+}
 
 template <class T, int DK, bool kExclusive>
 __global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
@@ -91,10 +186,13 @@ __global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
   }
   copyWait<0>();
   __syncthreads();
+  float* a = sm.x;  // [C, DK] per-token decays exp(g), until the off-diagonal blocks take x
   for (int c = tid; c < DK; c += kThreads) {  // b: cumsum along t, one channel a thread
     float run = 0.f;
     for (int t = 0; t < C; ++t) {
-      run += sm.b[t * LdB + c];
+      const float gt = sm.b[t * LdB + c];
+      a[t * DK + c] = __expf(fminf(gt, 0.f));
+      run += gt;
       sm.b[t * LdB + c] = run;
     }
   }
@@ -126,12 +224,17 @@ __global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
   }
 
   T* P = static_cast<T*>(out.p) + (slot * H + h) * int64_t(C) * C;  // [C, C]
-  // Zeros above the diagonal: blocks right of it, and the 2 x 2 tiles right of the diagonal tiles
-  // inside the diagonal blocks (the elementwise pass below writes the tiles on and under it).
+  // Diagonal blocks, then written with the zeros right of them (s > t inside a block, and every
+  // block right of the diagonal).
+  diagonalBlocksByChains<T, DK, kExclusive>(sm, a);
+  __syncthreads();
   for (int i = tid; i < C * C / 2; i += kThreads) {
     const int t = i / (C / 2), s = (i % (C / 2)) * 2;
-    const bool above = s / NB > t / NB || (s / NB == t / NB && (s % NB) / 2 > (t % NB) / 2);
-    if (above) *reinterpret_cast<uint32_t*>(P + t * C + s) = 0u;
+    if (s / NB < t / NB) continue;  // below the diagonal blocks: the loop after this one
+    const bool diag = s / NB == t / NB;
+    const float v0 = diag && s <= t ? sm.pd[t / NB][t % NB][s % NB] : 0.f;
+    const float v1 = diag && s + 1 <= t ? sm.pd[t / NB][t % NB][s % NB + 1] : 0.f;
+    *reinterpret_cast<uint32_t*>(P + t * C + s) = pack2<T>(p.scale * v0, p.scale * v1);
   }
 
   // Blocks below the diagonal: block row bi against the columns of blocks 0 .. bi - 1, through
@@ -139,7 +242,7 @@ __global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
   // the bi * NB scaled key rows.
   for (int bi = 1; bi < C / NB; ++bi) {
     const int ref = bi * NB - 1, keys = bi * NB;
-    __syncthreads();  // the previous block row's x is consumed
+    __syncthreads();  // the previous block row's x (the first time: a) is consumed
     for (int i = tid; i < (NB + keys) * DK; i += kThreads) {
       const int r = i / DK, c = i % DK;
       const float rc = bAt(ref, c);
@@ -147,77 +250,19 @@ __global__ void __launch_bounds__(kDiagonalPrepareThreads, 2)
                                  : kf(r - NB, c) * __expf(rc - bAt(r - NB, c));
     }
     __syncthreads();
-    // 2 x 2 output tiles: NB / 2 x keys / 2 of them.
-    for (int tile = tid; tile < (NB / 2) * (keys / 2); tile += kThreads) {
-      const int ta = tile / (keys / 2), tb = tile % (keys / 2);
-      const float* a0 = &sm.x[(2 * ta) * LdX];
-      const float* a1 = a0 + LdX;
-      const float* b0 = &sm.x[(NB + 2 * tb) * LdX];
-      const float* b1 = b0 + LdX;
-      float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-#pragma unroll 8
-      for (int c = 0; c < DK; ++c) {
-        const float x0 = a0[c], x1 = a1[c], y0 = b0[c], y1 = b1[c];
-        s00 += x0 * y0;
-        s01 += x0 * y1;
-        s10 += x1 * y0;
-        s11 += x1 * y1;
-      }
-      const int t = bi * NB + 2 * ta, s = 2 * tb;
-      *reinterpret_cast<uint32_t*>(P + t * C + s) = pack2<T>(p.scale * s00, p.scale * s01);
-      *reinterpret_cast<uint32_t*>(P + (t + 1) * C + s) = pack2<T>(p.scale * s10, p.scale * s11);
-    }
-  }
-
-  // Diagonal blocks, elementwise: work items (2 x 2 pair tile on or below the block diagonal,
-  // quarter of the channels: c = 4 j + quarter, so a tile's four lanes read adjacent channels);
-  // the four quarters of a tile sit in consecutive lanes and are summed by shuffles, so every sum
-  // has one fixed order.
-  constexpr int kTilesPerSide = NB / 2;
-  constexpr int kLowerTiles = kTilesPerSide * (kTilesPerSide + 1) / 2;  // per diagonal block
-  constexpr int kItems = (C / NB) * kLowerTiles * 4;
-  constexpr int kQuarter = DK / 4;
-  for (int base = 0; base < kItems; base += kThreads) {
-    const int item = base + tid, tile = item / 4, quarter = item % 4;
-    const bool valid = item < kItems;
-    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-    int t0 = 0, s0 = 0;
-    if (valid) {
-      const int blk = tile / kLowerTiles, lt = tile % kLowerTiles;
-      int ta = 0;  // lower-triangular tile index lt -> (ta, tb), tb <= ta
-      while ((ta + 1) * (ta + 2) / 2 <= lt) ++ta;
-      const int tb = lt - ta * (ta + 1) / 2;
-      t0 = blk * NB + 2 * ta;
-      s0 = blk * NB + 2 * tb;
-      for (int j = 0; j < kQuarter; ++j) {
-        const int c = 4 * j + quarter;
-        CUTE_UNROLL
-        for (int i = 0; i < 2; ++i)
-          CUTE_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            const int t = t0 + i, s = s0 + j;
-            const bool decayed = kExclusive ? s < t : s <= t;
-            float term = 0.f;
-            if (decayed) term = qf(t, c) * kf(s, c) * __expf(fminf(bq(t, c) - bAt(s, c), 0.f));
-            if constexpr (kExclusive) {
-              if (s == t) term = qf(t, c) * sm.u[c] * kf(t, c);
-            }
-            acc[i][j] += term;
-          }
-      }
-    }
-    CUTE_UNROLL
-    for (int i = 0; i < 2; ++i)
-      CUTE_UNROLL
-      for (int j = 0; j < 2; ++j) {
-        acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 1);
-        acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 2);
-      }
-    if (valid && quarter == 0) {
-      *reinterpret_cast<uint32_t*>(P + t0 * C + s0) =
-          pack2<T>(p.scale * acc[0][0], p.scale * acc[0][1]);
-      *reinterpret_cast<uint32_t*>(P + (t0 + 1) * C + s0) =
-          pack2<T>(p.scale * acc[1][0], p.scale * acc[1][1]);
+    // P[block row bi][keys] = (scaled queries) (scaled keys)^T on the tensor cores, a warp per
+    // 16 x 8 tile, 3xTF32 (P is then rounded to the input dtype, as every path rounds it).
+    const int warp = tid / 32;
+    for (int nt = warp; nt < keys / 8; nt += kThreads / 32) {
+      float acc[1][4];
+      tile::zeroAcc(acc);
+      tile::warpTileProduct<1, true>(
+          acc, 0, 8 * nt, DK, [&](int m, int c) { return sm.x[m * LdX + c]; },
+          [&](int c, int n) { return sm.x[(NB + n) * LdX + c]; });
+      const tile::Lane ln;
+      const int t = bi * NB + ln.g, s = 8 * nt + 2 * ln.q;
+      *reinterpret_cast<uint32_t*>(P + t * C + s) = pack2<T>(p.scale * acc[0][0], p.scale * acc[0][1]);
+      *reinterpret_cast<uint32_t*>(P + (t + 8) * C + s) = pack2<T>(p.scale * acc[0][2], p.scale * acc[0][3]);
     }
   }
 }
