@@ -22,7 +22,8 @@
 #     "--no-bench --hopper-bwd --hopper-late" for the opt-in Hopper paths) while fla warms, then
 #     the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
-#     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab()).
+#     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
+#     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -186,7 +187,19 @@ lab() {
   # the lab's timing row ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the
   # GPU otherwise idle; PROFILE_ARGS (default --no-bwd) are the lab's other flags: "" includes the
   # backward rows (e.g. PROFILE="GDN:deltaBwd" PROFILE_COUNT=5 PROFILE_ARGS="").
+  # PROFILE_SOURCE="ROW:REGEX ..." samples the first matching kernel's warp stalls per SASS
+  # instruction (ncu --set full, source page as CSV): where the kernel's time goes, line by line.
   local item
+  for item in ${PROFILE_SOURCE:-}; do
+    local rep=/tmp/ncu_src_${item%%:*}
+    phase 120 ncu --set full --import-source yes --kernel-name "regex:${item#*:}" --launch-count 1 -f -o "$rep" \
+      ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" > /dev/null 2>&1
+    echo "ncu source ${item%%:*} rc=$? ($((SECONDS - start)) s)"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source_${item%%:*}.csv" 2>&1
+    ncu -i "$rep.ncu-rep" --page details --section WarpStateStats --section InstructionStats \
+      --section MemoryWorkloadAnalysis > "$OUT/ncu_details_${item%%:*}.txt" 2>&1
+    python3 bench/ncu_source_top.py "$OUT/ncu_source_${item%%:*}.csv" | head -40
+  done
   for item in ${PROFILE:-}; do
     phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section LaunchStats \
