@@ -7,8 +7,9 @@
 //   S  <- exp(b_last) S + K^T (diag(exp(b_last - b)) D)
 // W S reads S's bf16 copy; K^T D reads D exp(b_last - b) rounded to the input dtype (the forward's
 // roundings; the host transcription measured both below 1e-4 in every gradient). The next chunk's
-// W, K and g are copied by cp.async into the other of two stages while this one computes; U is
-// read into registers before W S is issued, so its latency hides behind the product.
+// W, K, U and g are copied by cp.async into the other of two stages while this one computes (U
+// read from global memory inside the chunk stalled the no-decay instantiation: ptxas placed those
+// loads between the W S wgmma and their use, ~2.7x the scalar decay's stage time under ncu).
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -26,11 +27,15 @@ struct DeltaBwdForwardStateTiles {
   using MmaWS = WarpgroupMma<T, C, BV, DK, GMMA::Major::K, GMMA::Major::MN>;   // W S
   using MmaKX = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>;  // K^T X
 
+  // U rows of BV fp32, padded so the accumulator layout's (row, column pair) reads are
+  // conflict-free per half-warp (four rows of 8 words land on four distinct bank octets).
+  static constexpr int kLdU = BV + 8;
   struct Smem {
     alignas(1024) T w[cosize_v<Wk>];
     alignas(1024) T k[cosize_v<Wk>];
     alignas(1024) T xs[cosize_v<Xs>];
     alignas(1024) T s[cosize_v<S>];
+    alignas(16) float u[2][C * kLdU];
     float g[2][C];
     double b[C];
   };
@@ -90,17 +95,25 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   publishState();
 
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  constexpr int kLdU = Tiles::kLdU, kUVecs = BV / 4;  // 16-byte vectors per U row
   auto loadChunk = [&](int c, int stage) {
     const int64_t tok0 = bos + int64_t(c) * C;
     const int64_t off = tok0 * rowK + int64_t(h) * DK;
-    loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + off, rowK, rowsOf(c));
-    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + off, rowK, rowsOf(c));
-    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rowsOf(c), h, H);
+    const int rows = rowsOf(c);
+    loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + off, rowK, rows);
+    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + off, rowK, rows);
+    const float* ud = p.ud + tok0 * rowV + int64_t(h) * DV + v0;  // [t, BV] of [B, T, H, dv]
+    for (int i = tid; i < C * kUVecs; i += kWarpgroupThreads) {
+      const int t = i / kUVecs, v = (i % kUVecs) * 4;
+      const bool valid = t < rows;
+      copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.u[stage][t * kLdU + v])),
+             ud + (valid ? t * rowV + v : 0), valid);
+    }
+    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
   };
   if (numChunks > 0) loadChunk(0, 0);
   copyCommit();
 
-  constexpr int kPairs = decltype(size(accX))::value / 2;
   for (int c = 0; c < numChunks; ++c) {
     const int stage = c & 1, rows = rowsOf(c);
     const int64_t tok0 = bos + int64_t(c) * C;
@@ -116,18 +129,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(accS(i), accS(i + 1));
     });
     float* ud = p.ud + tok0 * rowV + int64_t(h) * DV + v0;
-    float2 u[kPairs];
-    forEachPair<MmaWS>(cX, [&](int i, int t, int v) {
-      u[i / 2] = t < rows ? *reinterpret_cast<const float2*>(ud + t * rowV + v) : make_float2(0.f, 0.f);
-    });
-
     issue(accX);
     gemm<true>(mmaWS, fW(_, _, _, stage), fS, accX);
     commitAndWait(accX);
     __syncthreads();  // b
 
     forEachPair<MmaWS>(cX, [&](int i, int t, int v) {
-      const float d0 = u[i / 2].x - accX(i), d1 = u[i / 2].y - accX(i + 1);
+      const float2 u = *reinterpret_cast<const float2*>(&sm.u[stage][t * kLdU + v]);  // 0 past the end
+      const float d0 = u.x - accX(i), d1 = u.y - accX(i + 1);
       if (t < rows) *reinterpret_cast<float2*>(ud + t * rowV + v) = make_float2(d0, d1);
       const float f = decayTo<Decay>(sm.b, t);
       sts32(tXs.at(v, t), pack2<T>(d0 * f, d1 * f));
