@@ -412,21 +412,46 @@ __global__ void __launch_bounds__(kThreads, 2) diagDqdkKernel(const DiagBwdParam
       x += fastExp<Precise>(bDiff(r, s, c)) * y;
     });
   }
-  // Diagonal sub-block, elementwise: s <= t (s < t exclusive) inside sub-block mt.
-  const int blk0 = kSub * mt, blk1 = blk0 + kSub;
-  forEachAcc(aq, 16 * mt, n0, [&](int t, int c, float& x) {
-    const int s_end = excl ? t : t + 1;
-    float a = 0.f;
-    for (int s = blk0; s < s_end; ++s)
-      a += sD[t * kLdA + s] * sK[s * kLdB + c] * fastExp<Precise>(bDiff(qi(t), s, c));
-    x += a;
-  });
-  forEachAcc(ak, 16 * mt, n0, [&](int s, int c, float& x) {
-    float a = 0.f;
-    for (int t = excl ? s + 1 : s; t < blk1; ++t)
-      a += sD[t * kLdA + s] * sQ[t * kLdB + c] * fastExp<Precise>(bDiff(qi(t), s, c));
-    x += a;
-  });
+  // Diagonal sub-block (s <= t, s < t exclusive, inside sub-block mt) by decay chains: in a
+  // channel, exp(bq_t - b_s) is the product of the per-token decays alpha_u = exp(b_u - b_{u-1})
+  // between s and t, so one exponential per token and channel of the sub-block replaces one per
+  // (t, s, channel). dq_t walks s downward from t, dk_s walks t upward from s. The walks cover the
+  // whole sub-block under a predicate, so alpha's indices stay static (registers).
+  const int blk0 = kSub * mt;
+  const Lane ln;
+  #pragma unroll
+  for (int j = 0; j < kNT; ++j)
+    #pragma unroll
+    for (int e1 = 0; e1 < 2; ++e1) {
+      const int c = n0 + 8 * j + 2 * ln.q + e1;  // the accumulators' column (forEachAcc's layout)
+      float alpha[kSub];
+      alpha[0] = 1.f;
+      #pragma unroll
+      for (int i = 1; i < kSub; ++i) alpha[i] = fastExp<Precise>(bDiff(blk0 + i, blk0 + i - 1, c));
+      #pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int i = ln.g + 8 * e2, t = blk0 + i;  // the accumulators' row
+        const int top = excl ? i - 1 : i;           // dq_t: s from top down to the block start
+        float xq = 0.f, f = 1.f;
+        #pragma unroll
+        for (int si = kSub - 1; si >= 0; --si)
+          if (si <= top) {
+            xq += sD[t * kLdA + blk0 + si] * sK[(blk0 + si) * kLdB + c] * f;
+            f *= alpha[si];
+          }
+        aq[j][2 * e2 + e1] += xq;
+        const int first = excl ? i + 1 : i;  // dk_s (s = t): t' from first up to the block end
+        float xk = 0.f;
+        f = 1.f;
+        #pragma unroll
+        for (int ti = 0; ti < kSub; ++ti)
+          if (ti >= first) {
+            if (ti > first) f *= excl ? alpha[ti > 0 ? ti - 1 : 0] : alpha[ti];
+            xk += sD[(blk0 + ti) * kLdA + t] * sQ[(blk0 + ti) * kLdB + c] * f;
+          }
+        ak[j][2 * e2 + e1] += xk;
+      }
+    }
   // d_g staging (X, and q . dq' for the exclusive readout), dk = intra + inter, then the bonus
   // terms (which do not depend on g).
   if (want_dg) __syncthreads();  // every warp is done with the b tiles, which X and Y overwrite
