@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::None, kernel
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 8;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 128;
-inline constexpr int kValueDim = 128;
 
 /// `beta` at specs/deltanet.yaml:19:10; result !linac.field<token, head>.
 LINAC_HD float beta(float b) {

@@ -17,6 +17,40 @@ void betaPartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) beta_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 1.0},
+    .valueDim = {.expand = 1.0},
+    .inputs =
+        {
+            {.name = "q",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "k",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "v",
+             .extent = runtime::Extent::Value,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "b", .extent = runtime::Extent::Head},
+        },
+    .params =
+        {
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {},
+    .beta = {.present = true},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "deltanet",
     "7c615d4dc414c62cc2ed1ebc07ffd40ceb801fa1ce7bd9474e7da0a3c3a31337",
@@ -32,7 +66,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "k",
      .vTile = "v",
      .normQ = true,
-     .normK = true}};
+     .normK = true},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -33,6 +33,42 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.absolute = 128},
+    .valueDim = {.absolute = 256},
+    .inputs =
+        {
+            {.name = "q",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "k",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "v",
+             .extent = runtime::Extent::Value,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "gk", .extent = runtime::Extent::Key, .lowRank = 16, .bias = true},
+            {.name = "b", .extent = runtime::Extent::Head},
+            {.name = "g", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {.present = true},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "gated_delta_diag",
     "46db8992eddc39bc819cc65357d7ef582310d12db4c62783c06d49011b71abf9",
@@ -50,7 +86,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "k",
      .vTile = "v",
      .normQ = true,
-     .normK = true}};
+     .normK = true},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kern
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 4;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 256;
-inline constexpr int kValueDim = 512;
 
 /// `decay` at specs/gated_deltanet.yaml:27:11; result !linac.field<token, head>.
 LINAC_HD float decay(float A_log, float a, float dt_bias) {

@@ -33,6 +33,52 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 1.0},
+    .valueDim = {.expand = 2.0},
+    .inputs =
+        {
+            {.name = "q",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "k",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu,
+             .l2norm = true},
+            {.name = "v",
+             .extent = runtime::Extent::Value,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "a", .extent = runtime::Extent::Head},
+            {.name = "b", .extent = runtime::Extent::Head},
+            {.name = "g", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+            {.name = "A_log",
+             .extent = runtime::Extent::Head,
+             .init = runtime::InitKind::LogUniform,
+             .a = 1.0,
+             .b = 16.0},
+            {.name = "dt_bias",
+             .extent = runtime::Extent::Head,
+             .init = runtime::InitKind::DtBias,
+             .a = 0.001,
+             .b = 0.1},
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {.present = true},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "gated_deltanet",
     "92c059fe55ec28b4a9a7d3215dc4d188cb973ecede80eb8dd4fbb3e46156f4d5",
@@ -50,7 +96,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "k",
      .vTile = "v",
      .normQ = true,
-     .normK = true}};
+     .normK = true},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -25,6 +25,30 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 0.5},
+    .valueDim = {.expand = 1.0},
+    .inputs =
+        {
+            {.name = "q", .extent = runtime::Extent::Key},
+            {.name = "k", .extent = runtime::Extent::Key},
+            {.name = "v", .extent = runtime::Extent::Value},
+            {.name = "gk", .extent = runtime::Extent::Key, .lowRank = 16, .bias = true},
+            {.name = "g", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "gla",
     "b34e405199cbbdb8e55e5932b973774f2fca617d2b87ecf19f10b963a7ec715a",
@@ -41,7 +65,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "k",
      .vTile = "v",
      .normQ = false,
-     .normK = false}};
+     .normK = false},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Diagonal, ke
 inline constexpr bool kVectorState = true;
 inline constexpr int kHeads = 1;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 1024;
-inline constexpr int kValueDim = 1024;
 
 /// `v` at specs/hgrn.yaml:18:7; result !linac.field<token, value>.
 LINAC_HD float v(float i, float layer, float num_layers, float fx) {

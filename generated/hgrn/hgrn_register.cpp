@@ -33,6 +33,30 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 1.0},
+    .valueDim = {.expand = 1.0},
+    .inputs =
+        {
+            {.name = "i",
+             .extent = runtime::Extent::Value,
+             .activation = runtime::Activation::Silu},
+            {.name = "fx", .extent = runtime::Extent::Value},
+            {.name = "g", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+        },
+    .q = {},
+    .k = {},
+    .v = {.present = true},
+    .decay = {.present = true},
+    .beta = {},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "hgrn",
     "c3b45cd5468de9e531c5ad8664807f7b21ac3bc72c3dff96f4bc8552f9b7f738",
@@ -45,7 +69,8 @@ const runtime::VariantKernels kKernels{
         {"gate", {"g"}, &gateForward, &gatePartials},
     },
     // Not fused: vector state (the scan reads its operands materialised).
-    {}};
+    {},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

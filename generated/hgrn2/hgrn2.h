@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Diagonal, ke
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 8;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 128;
-inline constexpr int kValueDim = 128;
 
 /// `k` at specs/hgrn2.yaml:19:7; result !linac.field<token, key>.
 LINAC_HD float k(float layer, float num_layers, float fx) {

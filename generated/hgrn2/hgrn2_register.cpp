@@ -25,6 +25,28 @@ void decayPartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) decay_grad(x[0][i], x[1][i], x[2][i], &d[0][i], &d[1][i], &d[2][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.absolute = 128},
+    .valueDim = {.expand = 1.0},
+    .inputs =
+        {
+            {.name = "q", .extent = runtime::Extent::Key, .activation = runtime::Activation::Silu},
+            {.name = "fx", .extent = runtime::Extent::Key},
+            {.name = "v", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "hgrn2",
     "b5a4bd3b287e0c50086ed3132edbc67388ee1175a60e0837fc3d29962fd4ddde",
@@ -41,7 +63,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "",
      .vTile = "v",
      .normQ = false,
-     .normK = false}};
+     .normK = false},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kern
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 32;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 128;
-inline constexpr int kValueDim = 64;
 
 /// `k` at specs/mamba2.yaml:24:7; result !linac.field<token, key>.
 LINAC_HD float k(float dt_in, float dt_bias, float B) {

@@ -41,6 +41,51 @@ void residualPartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) residual_grad(x[0][i], x[1][i], &d[0][i], &d[1][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.absolute = 128},
+    .valueDim = {.expand = 2.0},
+    .inputs =
+        {
+            {.name = "x",
+             .extent = runtime::Extent::Value,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "B",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "C",
+             .extent = runtime::Extent::Key,
+             .conv = 4,
+             .activation = runtime::Activation::Silu},
+            {.name = "dt_in", .extent = runtime::Extent::Head},
+            {.name = "z", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+            {.name = "A_log",
+             .extent = runtime::Extent::Head,
+             .init = runtime::InitKind::LogUniform,
+             .a = 1.0,
+             .b = 16.0},
+            {.name = "dt_bias",
+             .extent = runtime::Extent::Head,
+             .init = runtime::InitKind::DtBias,
+             .a = 0.001,
+             .b = 0.1},
+            {.name = "D", .extent = runtime::Extent::Head, .init = runtime::InitKind::Ones},
+        },
+    .q = {.present = true, .name = "C"},
+    .k = {.present = true},
+    .v = {.present = true, .name = "x"},
+    .decay = {.present = true},
+    .beta = {},
+    .scale = 1.0,
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {.present = true}};
+
 const runtime::VariantKernels kKernels{
     "mamba2",
     "855ce501e765bee4b4ce37a7bdc22fc8f96e4bb7b325ede377cc41ed12dffdb5",
@@ -59,7 +104,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "",
      .vTile = "x",
      .normQ = false,
-     .normK = false}};
+     .normK = false},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Fixed, kerne
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 4;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 256;
-inline constexpr int kValueDim = 512;
 
 /// `decay` at specs/retnet.yaml:18:11; result !linac.field<constant, head>.
 LINAC_HD float decay(float head) {

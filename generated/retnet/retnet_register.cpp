@@ -25,6 +25,29 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 1.0},
+    .valueDim = {.expand = 2.0},
+    .inputs =
+        {
+            {.name = "q", .extent = runtime::Extent::Key, .rope = true},
+            {.name = "k", .extent = runtime::Extent::Key, .rope = true},
+            {.name = "v", .extent = runtime::Extent::Value},
+            {.name = "g", .extent = runtime::Extent::Value},
+        },
+    .params =
+        {
+        },
+    .q = {.present = true, .name = "q"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {},
+    .norm = runtime::NormKind::RMSNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "retnet",
     "063ce38d6aa78861e4ba15acd9dce7f55271ba72c11dcf81c3d1d3067d10910b",
@@ -41,7 +64,8 @@ const runtime::VariantKernels kKernels{
      .kTile = "k",
      .vTile = "v",
      .normQ = false,
-     .normK = false}};
+     .normK = false},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

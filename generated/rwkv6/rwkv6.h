@@ -25,9 +25,6 @@ inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Diagonal, ke
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 4;
 inline constexpr int kChunk = 64;
-/// Per-head sizes at the preset the spec was compiled for (kernels take them at run time).
-inline constexpr int kKeyDim = 128;
-inline constexpr int kValueDim = 256;
 
 /// `decay` at specs/rwkv6.yaml:22:11; result !linac.field<token, key>.
 LINAC_HD float decay(float w) {

@@ -25,6 +25,40 @@ void gatePartials(const float* const* x, float* const* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate_grad(x[0][i], &d[0][i]);
 }
 
+const runtime::LayerDescription kLayer{
+    .heads = kHeads,
+    .keyDim = {.expand = 0.5},
+    .valueDim = {.expand = 1.0},
+    .inputs =
+        {
+            {.name = "r", .extent = runtime::Extent::Key, .tokenShift = true},
+            {.name = "k", .extent = runtime::Extent::Key, .tokenShift = true},
+            {.name = "v", .extent = runtime::Extent::Value, .tokenShift = true},
+            {.name = "w",
+             .extent = runtime::Extent::Key,
+             .lowRank = 64,
+             .tokenShift = true,
+             .bias = true},
+            {.name = "g", .extent = runtime::Extent::Value, .tokenShift = true},
+        },
+    .params =
+        {
+            {.name = "u",
+             .extent = runtime::Extent::Key,
+             .init = runtime::InitKind::Normal,
+             .a = 0.02},
+        },
+    .q = {.present = true, .name = "r"},
+    .k = {.present = true, .name = "k"},
+    .v = {.present = true, .name = "v"},
+    .decay = {.present = true},
+    .beta = {},
+    .bonus = "u",
+    .scale = 1.0,
+    .norm = runtime::NormKind::GroupNorm,
+    .gate = {.present = true},
+    .residual = {}};
+
 const runtime::VariantKernels kKernels{
     "rwkv6",
     "2546fa091cfd6bdf16955c88d54315c762608a032de6bc13e632ea0000818d4e",
@@ -42,7 +76,8 @@ const runtime::VariantKernels kKernels{
      .vTile = "v",
      .normQ = false,
      .normK = false,
-     .bonus = "u"}};
+     .bonus = "u"},
+    kLayer};
 
 const runtime::Registration kRegistration(&kKernels);
 

@@ -10,13 +10,13 @@ namespace {
 
 constexpr int64_t kStateBytes = sizeof(float);  // recurrent states are fp32
 
-CacheBytes linearBytes(const spec::VariantSpec& spec, int64_t hidden, int64_t batch, int64_t elementBytes) {
-  const MixerDims d = resolveDims(spec, hidden);
+CacheBytes linearBytes(const runtime::VariantKernels& kernels, int64_t hidden, int64_t batch, int64_t elementBytes) {
+  const MixerDims d = resolveDims(kernels, hidden);
   CacheBytes b;
-  const int64_t perHead = spec.recurrence.state == spec::StateKind::Vector ? d.valueDim : d.keyDim * d.valueDim;
+  const int64_t perHead = kernels.vectorState ? d.valueDim : d.keyDim * d.valueDim;
   b.state = batch * d.heads * perHead * kStateBytes;
   bool shifted = false;
-  for (const auto& in : spec.inputs) {
+  for (const auto& in : kernels.layer.inputs) {
     if (in.conv > 0) b.conv += batch * (in.conv - 1) * extentWidth(in.extent, d) * elementBytes;
     shifted = shifted || in.tokenShift;
   }
@@ -44,7 +44,7 @@ CacheMemory cacheMemory(const ModelConfig& config, int64_t batch, int64_t contex
     m.attention = attention[static_cast<size_t>(i)];
     m.name = m.attention ? config.attention.name : config.linear.name;
     m.bytes = m.attention ? attentionBytes(config.attention, config.preset, batch, context, elementBytes)
-                          : linearBytes(config.linear, config.preset.hidden, batch, elementBytes);
+                          : linearBytes(linearKernels(config), config.preset.hidden, batch, elementBytes);
     out.total += m.bytes;
     out.layers.push_back(std::move(m));
   }

@@ -17,17 +17,17 @@ int64_t planCount(const Plan& plan) {
 
 namespace {
 
-/// A spec parameter's initial values (specs/README.md, params.init).
-torch::Tensor specInit(const spec::InitSpec& init, const std::vector<int64_t>& shape) {
+/// A layer parameter's initial values (specs/README.md, params.init).
+torch::Tensor paramInit(const runtime::ParamDescription& init, const std::vector<int64_t>& shape) {
   auto uniform = [&](double a, double b) { return a + (b - a) * torch::rand(shape); };
-  switch (init.kind) {
-  case spec::InitKind::Zeros: return torch::zeros(shape);
-  case spec::InitKind::Ones: return torch::ones(shape);
-  case spec::InitKind::Constant: return torch::full(shape, init.a);
-  case spec::InitKind::Normal: return init.a * torch::randn(shape);
-  case spec::InitKind::Uniform: return uniform(init.a, init.b);
-  case spec::InitKind::LogUniform: return torch::log(uniform(init.a, init.b));
-  case spec::InitKind::DtBias: {
+  switch (init.init) {
+  case runtime::InitKind::Zeros: return torch::zeros(shape);
+  case runtime::InitKind::Ones: return torch::ones(shape);
+  case runtime::InitKind::Constant: return torch::full(shape, init.a);
+  case runtime::InitKind::Normal: return init.a * torch::randn(shape);
+  case runtime::InitKind::Uniform: return uniform(init.a, init.b);
+  case runtime::InitKind::LogUniform: return torch::log(uniform(init.a, init.b));
+  case runtime::InitKind::DtBias: {
     // Mamba: dt log-uniform in [a, b], stored as its inverse softplus so softplus(dt_bias) = dt.
     torch::Tensor dt = torch::exp(uniform(std::log(init.a), std::log(init.b)));
     return dt + torch::log(-torch::expm1(-dt));
@@ -44,7 +44,7 @@ torch::Tensor initTensor(const ParamInit& init, const std::vector<int64_t>& shap
   case ParamInit::Kind::Zeros: return torch::zeros(shape);
   case ParamInit::Kind::Ones: return torch::ones(shape);
   case ParamInit::Kind::Uniform: return init.a + (init.b - init.a) * torch::rand(shape);
-  case ParamInit::Kind::Spec: return specInit(init.spec, shape);
+  case ParamInit::Kind::Param: return paramInit(init.param, shape);
   }
   throw std::invalid_argument("model: unknown parameter init");
 }
@@ -98,14 +98,14 @@ torch::Tensor causalConv(const torch::Tensor& x, const torch::Tensor& weight) {
   return y.narrow(2, 0, T).transpose(1, 2);                        // [B, T, C]
 }
 
-torch::Tensor activate(const torch::Tensor& x, spec::Activation a) {
+torch::Tensor activate(const torch::Tensor& x, runtime::Activation a) {
   switch (a) {
-  case spec::Activation::None: return x;
-  case spec::Activation::Silu: return torch::silu(x);
-  case spec::Activation::Sigmoid: return torch::sigmoid(x);
-  case spec::Activation::Relu: return torch::relu(x);
-  case spec::Activation::Tanh: return torch::tanh(x);
-  case spec::Activation::Elu1: return torch::elu(x) + 1.0;
+  case runtime::Activation::None: return x;
+  case runtime::Activation::Silu: return torch::silu(x);
+  case runtime::Activation::Sigmoid: return torch::sigmoid(x);
+  case runtime::Activation::Relu: return torch::relu(x);
+  case runtime::Activation::Tanh: return torch::tanh(x);
+  case runtime::Activation::Elu1: return torch::elu(x) + 1.0;
   }
   throw std::invalid_argument("model: unknown activation");
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "linac/Spec/Spec.h"
+#include "registry/layer.h"
 
 #include <torch/torch.h>
 
@@ -18,20 +19,21 @@ constexpr double kNormEps = 1e-6;
 constexpr double kInitStd = 0.02;
 
 /// How a parameter starts. Projections, convs and embeddings follow fla's _init_weights
-/// (normal, std 0.02; biases zero); norm weights are ones; spec params use their spec init.
+/// (normal, std 0.02; biases zero); norm weights are ones; a layer's params use their own init
+/// (runtime::ParamDescription).
 struct ParamInit {
-  enum class Kind { Normal, Zeros, Ones, Uniform, Spec };
+  enum class Kind { Normal, Zeros, Ones, Uniform, Param };
   Kind kind = Kind::Normal;
   double a = kInitStd, b = 0.0;  // Normal: std a; Uniform: [a, b)
-  spec::InitSpec spec;           // Kind::Spec
+  runtime::ParamDescription param;  // Kind::Param
 
   static ParamInit normal(double std = kInitStd) { return make(Kind::Normal, std, 0.0); }
   static ParamInit zeros() { return make(Kind::Zeros, 0.0, 0.0); }
   static ParamInit ones() { return make(Kind::Ones, 0.0, 0.0); }
   static ParamInit uniform(double a, double b) { return make(Kind::Uniform, a, b); }
-  static ParamInit fromSpec(const spec::InitSpec& s) {
-    ParamInit i = make(Kind::Spec, 0.0, 0.0);
-    i.spec = s;
+  static ParamInit fromParam(const runtime::ParamDescription& p) {
+    ParamInit i = make(Kind::Param, 0.0, 0.0);
+    i.param = p;
     return i;
   }
 
@@ -82,7 +84,7 @@ torch::Tensor l2Normalize(const torch::Tensor& x, double eps = kNormEps);
 /// [C, 1, W]; out_t depends on x_{t-W+1..t} only.
 torch::Tensor causalConv(const torch::Tensor& x, const torch::Tensor& weight);
 
-torch::Tensor activate(const torch::Tensor& x, spec::Activation a);
+torch::Tensor activate(const torch::Tensor& x, runtime::Activation a);
 
 /// SwiGLU MLP parameters (fla's GatedMLP: gate_proj, up_proj, down_proj, no biases).
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix);

@@ -11,11 +11,12 @@
 
 namespace linac::model {
 
-Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
-  const MixerDims d = resolveDims(spec, hidden);
+Plan LinearMixerImpl::plan(const runtime::VariantKernels& kernels, int64_t hidden) {
+  const runtime::LayerDescription& layer = kernels.layer;
+  const MixerDims d = resolveDims(kernels, hidden);
   const ParamInit zeros = ParamInit::zeros(), ones = ParamInit::ones(), normal = ParamInit::normal();
   Plan p;
-  for (const auto& in : spec.inputs) {
+  for (const auto& in : layer.inputs) {
     const int64_t out = extentWidth(in.extent, d);
     // RWKV's mix coefficients live in [0, 1]; a uniform draw keeps gradients generic.
     if (in.tokenShift) p.push_back({"shift_" + in.name, {hidden}, ParamInit::uniform(0.0, 1.0)});
@@ -28,18 +29,18 @@ Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
     if (in.bias) p.push_back({"bias_" + in.name, {out}, zeros});
     if (in.conv > 0) p.push_back({"conv_" + in.name, {out, 1, in.conv}, normal});
   }
-  for (const auto& par : spec.params) {
+  for (const auto& par : layer.params) {
     std::vector<int64_t> shape = fieldShape(par.extent, 1, 1, d, par.name);  // [1, 1, H|1, x]
-    p.push_back({"param_" + par.name, {shape[2], shape[3]}, ParamInit::fromSpec(par.init)});
+    p.push_back({"param_" + par.name, {shape[2], shape[3]}, ParamInit::fromParam(par)});
   }
   const int64_t width = d.heads * d.valueDim;
-  switch (spec.output.norm) {
-  case spec::NormKind::None: break;
-  case spec::NormKind::RMSNorm:  // fla's g_norm: one weight over dv, shared by the heads
+  switch (layer.norm) {
+  case runtime::NormKind::None: break;
+  case runtime::NormKind::RMSNorm:  // fla's g_norm: one weight over dv, shared by the heads
     p.push_back({"norm_weight", {d.valueDim}, ones});
     break;
-  case spec::NormKind::GroupNorm:  // fla's GroupNorm(H, H * dv): affine over all channels
-  case spec::NormKind::LayerNorm:
+  case runtime::NormKind::GroupNorm:  // fla's GroupNorm(H, H * dv): affine over all channels
+  case runtime::NormKind::LayerNorm:
     p.push_back({"norm_weight", {width}, ones});
     p.push_back({"norm_bias", {width}, zeros});
     break;
@@ -48,24 +49,26 @@ Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
   return p;
 }
 
-LinearMixerImpl::LinearMixerImpl(const spec::VariantSpec& spec, int64_t hidden, int64_t layer,
-                                 int64_t numLayers, MixerBackend backend)
-    : spec_(spec), dims_(resolveDims(spec, hidden)), layer_(layer), numLayers_(numLayers),
-      backend_(backend) {
-  if (spec.kind != spec::VariantKind::Linear)
-    throw std::invalid_argument("model: '" + spec.name + "' is not a linear spec");
-  kernels_ = runtime::Registry::find(spec.name);
-  if (!kernels_)
-    throw std::invalid_argument("model: no generated code for variant '" + spec.name +
-                                "' is linked in (generate it with linac compile)");
-  for (const auto& in : spec.inputs)
-    if (in.extent == spec::Extent::Hidden)
-      throw std::invalid_argument("model: input '" + in.name + "' of '" + spec.name +
+LinearMixerImpl::LinearMixerImpl(const runtime::VariantKernels& kernels, int64_t hidden, int64_t layer,
+                                 int64_t numLayers, MixerBackend backend, const spec::VariantSpec* oracleSpec)
+    : kernels_(&kernels), layer_(&kernels.layer), dims_(resolveDims(kernels, hidden)), layerIndex_(layer),
+      numLayers_(numLayers), backend_(backend) {
+  if (backend == MixerBackend::Oracle) {
+    if (!oracleSpec)
+      throw std::invalid_argument("model: the oracle backend of '" + kernels.name + "' needs its spec");
+    if (oracleSpec->name != kernels.name)
+      throw std::invalid_argument("model: the oracle spec '" + oracleSpec->name + "' is not variant '" +
+                                  kernels.name + "'");
+    oracleSpec_ = *oracleSpec;
+  }
+  for (const auto& in : layer_->inputs)
+    if (in.extent == runtime::Extent::Hidden)
+      throw std::invalid_argument("model: input '" + in.name + "' of '" + kernels.name +
                                   "' has extent hidden, which the linear layer does not support yet");
-  registerPlan(*this, plan(spec, hidden), params_);
+  registerPlan(*this, plan(kernels, hidden), params_);
 }
 
-torch::Tensor LinearMixerImpl::input(const spec::InputSpec& in, const torch::Tensor& x) const {
+torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const torch::Tensor& x) const {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
   if (in.tokenShift) {
@@ -89,7 +92,7 @@ bool LinearMixerImpl::normalizedInKernel(const std::string& input) const {
   return (plan.normQ && input == plan.qTile) || (plan.normK && input == plan.kTile);
 }
 
-torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const spec::ExprPtr& expr,
+torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const runtime::RoleSource& source,
                                           const Env& env) const {
   const runtime::PrologueMap* map = kernels_->find(role);
   if (map) {
@@ -100,23 +103,34 @@ torch::Tensor LinearMixerImpl::kernelRole(const std::string& role, const spec::E
     const torch::Tensor& like = env.at("hidden");  // carries x's device and dtype
     return prologue::applyMap(*map, operands).to(like.device(), like.scalar_type());
   }
-  if (expr->kind == spec::ExprKind::Ref && env.count(expr->name)) return env.at(expr->name);
-  throw std::runtime_error("model: the generated code of '" + spec_.name + "' has no '" + role +
-                           "' prologue although the spec computes one; regenerate generated/");
+  if (!source.name.empty() && env.count(source.name)) return env.at(source.name);
+  throw std::runtime_error("model: the generated code of '" + kernels_->name + "' has no '" + role +
+                           "' prologue although its layer description computes one; regenerate generated/");
+}
+
+torch::Tensor LinearMixerImpl::role(const std::string& name, const runtime::RoleSource& source,
+                                    const spec::ExprPtr& expr, const Env& env, bool oracle) const {
+  if (!oracle) return kernelRole(name, source, env);
+  if (!expr) throw std::runtime_error("model: the spec of '" + kernels_->name + "' has no '" + name + "'");
+  return oracle::evalExpr(*expr, env, oracleSpec_->defs);
+}
+
+double LinearMixerImpl::scale() const {
+  return layer_->scale ? *layer_->scale : 1.0 / std::sqrt(double(dims_.keyDim));
 }
 
 torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
   auto param = [&](const char* name) { return params_.at(name).to(o.device(), o.scalar_type()); };
   const int64_t H = dims_.heads, dv = dims_.valueDim;
-  switch (spec_.output.norm) {
-  case spec::NormKind::None: return o;
-  case spec::NormKind::RMSNorm: return rmsNorm(o, param("norm_weight"));  // per head over dv
-  case spec::NormKind::GroupNorm: {  // per-head layer norm, affine over all H * dv channels
+  switch (layer_->norm) {
+  case runtime::NormKind::None: return o;
+  case runtime::NormKind::RMSNorm: return rmsNorm(o, param("norm_weight"));  // per head over dv
+  case runtime::NormKind::GroupNorm: {  // per-head layer norm, affine over all H * dv channels
     torch::Tensor mean = o.mean(-1, true), var = (o - mean).pow(2).mean(-1, true);
     torch::Tensor y = (o - mean) * torch::rsqrt(var + kNormEps);  // [B, T, H, dv]
     return y * param("norm_weight").view({H, dv}) + param("norm_bias").view({H, dv});
   }
-  case spec::NormKind::LayerNorm: {
+  case runtime::NormKind::LayerNorm: {
     const auto sizes = o.sizes().vec();
     torch::Tensor flat = o.reshape({sizes[0], sizes[1], H * dv});
     torch::Tensor mean = flat.mean(-1, true), var = (flat - mean).pow(2).mean(-1, true);
@@ -128,44 +142,47 @@ torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
 }
 
 torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool oracle) const {
-  const auto& r = spec_.recurrence;
+  const runtime::LayerDescription& l = *layer_;
+  const spec::RecurrenceSpec* r = oracle ? &oracleSpec_->recurrence : nullptr;  // the oracle's expressions
   const MixerDims& d = dims_;
-  auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
-    return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
+  auto get = [&](const std::string& name, const runtime::RoleSource& source, spec::ExprPtr spec::RecurrenceSpec::*expr) {
+    return role(name, source, r ? r->*expr : spec::ExprPtr(), env, oracle);
   };
   auto layout = [&](const std::string& name, const torch::Tensor& t) {
     return toKernelLayout(name, t, B, T, d, *kernels_);
   };
-  const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
   torch::Tensor o;  // [B, T, H, dv]
   if (!oracle && kernels_->fused.available) {
     // q, k, v, decay, beta and u from the raw operands: inside the chunk kernel on CUDA
     // (prologue/fused_recurrence.h), composed from the prologue maps elsewhere.
     prologue::FusedOptions opt;
     opt.keyDim = d.keyDim;
-    opt.scale = scale;
+    opt.scale = scale();
     opt.chunk = kernels_->chunk;
     o = prologue::fusedRecurrence(*kernels_, env, opt).first;
     return output(o, env, B, T, oracle);
   }
-  const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
-  torch::Tensor g = decayed ? layout("decay", role("decay", r.decay)) : torch::Tensor();
-  torch::Tensor v = layout("v", role("v", r.v));
+  const kernels::RecurrenceKind& kind = kernels_->kind;
+  const bool decayed = kind.decay != kernels::DecayClass::None && l.decay.present;
+  torch::Tensor g = decayed ? layout("decay", get("decay", l.decay, &spec::RecurrenceSpec::decay)) : torch::Tensor();
+  torch::Tensor v = layout("v", get("v", l.v, &spec::RecurrenceSpec::v));
   if (kernels_->vectorState) {
     // v, g [B, T, H * dv]
     o = oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
     o = o.view({B, T, d.heads, d.valueDim});
   } else {
-    torch::Tensor q = layout("q", role("q", r.q)), k = layout("k", role("k", r.k));  // [B, T, H, dk]
-    torch::Tensor beta = r.update == spec::UpdateKind::Delta ? layout("beta", role("beta", r.beta))
-                                                             : torch::Tensor();      // [B, T, H]
-    torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus ? layout("u", env.at(r.bonus))
-                                                                     : torch::Tensor();  // [H, dk]
+    torch::Tensor q = layout("q", get("q", l.q, &spec::RecurrenceSpec::q));  // [B, T, H, dk]
+    torch::Tensor k = layout("k", get("k", l.k, &spec::RecurrenceSpec::k));  // [B, T, H, dk]
+    torch::Tensor beta = kind.update == kernels::UpdateRule::Delta
+                             ? layout("beta", get("beta", l.beta, &spec::RecurrenceSpec::beta))
+                             : torch::Tensor();  // [B, T, H]
+    torch::Tensor u = kind.readout == kernels::Readout::ExclusiveBonus ? layout("u", env.at(l.bonus))
+                                                                      : torch::Tensor();  // [H, dk]
     if (oracle) {
-      o = oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
+      o = oracle::recurrence(kind, {q, k, v, g, beta, u, {}, scale(), {}}).o;
     } else {
       toCommonKernelDtype(q, k, v);
-      ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, false};
+      ops::RecurrenceOptions opt{kind, scale(), kernels_->chunk, false};
       o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
     }
   }
@@ -174,22 +191,21 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
 
 torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B, int64_t T,
                                       bool oracle) const {
-  auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
-    return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
-  };
-  if (spec_.output.residual) o = o + role("residual", spec_.output.residual);
+  const spec::OutputSpec* out = oracle ? &oracleSpec_->output : nullptr;  // the oracle's expressions
+  if (layer_->residual.present)
+    o = o + role("residual", layer_->residual, out ? out->residual : spec::ExprPtr(), env, oracle);
   o = norm(o);
-  if (spec_.output.gate) o = o * role("gate", spec_.output.gate);
+  if (layer_->gate.present) o = o * role("gate", layer_->gate, out ? out->gate : spec::ExprPtr(), env, oracle);
   return o.reshape({B, T, dims_.heads * dims_.valueDim});
 }
 
 void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) const {
   const int64_t H = dims_.heads;
-  for (const auto& p : spec_.params)
+  for (const auto& p : layer_->params)
     env[p.name] = params_.at("param_" + p.name).to(x.scalar_type()).view(fieldShape(p.extent, 1, 1, dims_, p.name));
   auto scalar = [&](double value) { return torch::full({1, 1, 1, 1}, value, x.options()); };
   env["head"] = torch::arange(H, x.options()).view({1, 1, H, 1});
-  env["layer"] = scalar(double(layer_));
+  env["layer"] = scalar(double(layerIndex_));
   env["num_layers"] = scalar(double(numLayers_));
   env["key_dim"] = scalar(double(dims_.keyDim));
   env["value_dim"] = scalar(double(dims_.valueDim));
@@ -199,7 +215,7 @@ void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) co
 torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   Env env;  // field layout (roles.h), x's dtype and device
-  for (const auto& in : spec_.inputs) env[in.name] = input(in, x);
+  for (const auto& in : layer_->inputs) env[in.name] = input(in, x);
   addParamsAndStructure(env, x);
   torch::Tensor o;  // [B, T, H * dv]
   if (backend_ == MixerBackend::Oracle) {

@@ -1,7 +1,9 @@
-// The linear-attention mixer of one layer, built from a variant spec (one class for every spec):
-// per-input projections with their post-processing, the spec's roles (compiled prologue maps or
-// the oracle's expression evaluator), the recurrence (generated kernels or the float64 oracle),
-// then the output stage (residual, norm, gate) and W_o.
+// The linear-attention mixer of one layer, built from the registry's description of a compiled
+// variant (registry/layer.h; one class for every variant): per-input projections with their
+// post-processing, the roles (compiled prologue maps, or the oracle's evaluation of the spec's
+// expressions), the recurrence (generated kernels or the float64 oracle), then the output stage
+// (residual, norm, gate) and W_o. Only the oracle backend reads a spec: it judges the spec's
+// expressions independently of the compiler.
 #pragma once
 
 #include "model/cache.h"
@@ -13,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace linac::model {
@@ -22,14 +25,15 @@ inline constexpr double kInputRopeTheta = 10000.0;
 
 class LinearMixerImpl : public torch::nn::Module {
 public:
-  /// `layer` (0-based) and `numLayers` are the values of the spec's `layer` and `num_layers`.
-  /// Throws std::invalid_argument when no generated code for the spec is linked in or the spec
-  /// uses something the layer does not support (extent hidden).
-  LinearMixerImpl(const spec::VariantSpec& spec, int64_t hidden, int64_t layer, int64_t numLayers,
-                  MixerBackend backend);
+  /// `layer` (0-based) and `numLayers` are the values of the expressions' `layer` and
+  /// `num_layers`. `oracleSpec`, the variant's spec, is required by (and only read by) the
+  /// Oracle backend. Throws std::invalid_argument when the layer uses something it does not
+  /// support (extent hidden) or the Oracle backend has no spec.
+  LinearMixerImpl(const runtime::VariantKernels& kernels, int64_t hidden, int64_t layer, int64_t numLayers,
+                  MixerBackend backend, const spec::VariantSpec* oracleSpec = nullptr);
 
-  /// The parameters a layer of this spec has at width `hidden` (names, shapes, inits).
-  static Plan plan(const spec::VariantSpec& spec, int64_t hidden);
+  /// The parameters a layer of this variant has at width `hidden` (names, shapes, inits).
+  static Plan plan(const runtime::VariantKernels& kernels, int64_t hidden);
 
   /// x [B, T, hidden] -> [B, T, hidden].
   torch::Tensor forward(const torch::Tensor& x);
@@ -51,7 +55,7 @@ private:
   /// input() continuing the cached sequences: token shift from the cached last input, the short
   /// conv over the cached last W - 1 projected values (both updated), RoPE from `position`;
   /// `step`: L2-normalised here even when the fused kernel would do it.
-  torch::Tensor cachedInput(const spec::InputSpec& in, const torch::Tensor& x, LinearLayerCache& cache,
+  torch::Tensor cachedInput(const runtime::InputDescription& in, const torch::Tensor& x, LinearLayerCache& cache,
                             int64_t position, bool step) const;
   /// The recurrence of T tokens through the chunk kernels from cache.state; o [B, T, H, dv].
   torch::Tensor prefillRecurrence(const Env& env, LinearLayerCache& cache, int64_t B, int64_t T) const;
@@ -60,21 +64,28 @@ private:
 
   /// One input after token shift, projection, conv, activation, L2 norm (unless the fused kernel
   /// normalises it) and RoPE: field layout.
-  torch::Tensor input(const spec::InputSpec& in, const torch::Tensor& x) const;
+  torch::Tensor input(const runtime::InputDescription& in, const torch::Tensor& x) const;
   /// Whether the fused recurrence L2-normalises `input` itself (runtime::FusedPlan).
   bool normalizedInKernel(const std::string& input) const;
-  /// A role's value on the Kernels backend (field layout, x's dtype and device).
-  torch::Tensor kernelRole(const std::string& role, const spec::ExprPtr& expr, const Env& env) const;
+  /// A role's value on the Kernels backend (field layout, x's dtype and device): its prologue
+  /// map, or the value `source` names.
+  torch::Tensor kernelRole(const std::string& role, const runtime::RoleSource& source, const Env& env) const;
+  /// A role's value on the backend: `expr` is the spec's expression for it (Oracle backend).
+  torch::Tensor role(const std::string& role, const runtime::RoleSource& source, const spec::ExprPtr& expr,
+                     const Env& env, bool oracle) const;
+  /// The readout scale: the variant's, else key_dim^-0.5.
+  double scale() const;
   /// Roles, recurrence and output stage over `env`; oracle: float64 on the CPU. -> [B, T, H * dv].
   torch::Tensor mix(const Env& env, int64_t B, int64_t T, bool oracle) const;
   /// The output stage: residual, norm, gate; o [B, T, H, dv] -> [B, T, H * dv].
   torch::Tensor output(torch::Tensor o, const Env& env, int64_t B, int64_t T, bool oracle) const;
   torch::Tensor norm(const torch::Tensor& o) const;
 
-  spec::VariantSpec spec_;
   const runtime::VariantKernels* kernels_ = nullptr;
+  const runtime::LayerDescription* layer_ = nullptr;  // kernels_->layer
+  std::optional<spec::VariantSpec> oracleSpec_;        // Oracle backend only
   MixerDims dims_;
-  int64_t layer_ = 0, numLayers_ = 0;
+  int64_t layerIndex_ = 0, numLayers_ = 0;
   MixerBackend backend_;
   std::map<std::string, torch::Tensor> params_;
 };

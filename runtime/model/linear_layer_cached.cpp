@@ -20,7 +20,7 @@ LinearLayerCache LinearMixerImpl::makeCache(int64_t batch, const torch::TensorOp
   c.state = kernels_->vectorState ? torch::zeros({batch, d.heads * d.valueDim}, f32)          // [B, H * dv]
                                   : torch::zeros({batch, d.heads, d.keyDim, d.valueDim}, f32);  // [B, H, dk, dv]
   bool shifted = false;
-  for (const auto& in : spec_.inputs) {
+  for (const auto& in : layer_->inputs) {
     if (in.conv > 0) c.conv[in.name] = torch::zeros({batch, in.conv - 1, extentWidth(in.extent, d)}, options);
     shifted = shifted || in.tokenShift;
   }
@@ -28,7 +28,7 @@ LinearLayerCache LinearMixerImpl::makeCache(int64_t batch, const torch::TensorOp
   return c;
 }
 
-torch::Tensor LinearMixerImpl::cachedInput(const spec::InputSpec& in, const torch::Tensor& x, LinearLayerCache& cache,
+torch::Tensor LinearMixerImpl::cachedInput(const runtime::InputDescription& in, const torch::Tensor& x, LinearLayerCache& cache,
                                            int64_t position, bool step) const {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
@@ -57,36 +57,36 @@ torch::Tensor LinearMixerImpl::cachedInput(const spec::InputSpec& in, const torc
 }
 
 torch::Tensor LinearMixerImpl::prefillRecurrence(const Env& env, LinearLayerCache& cache, int64_t B, int64_t T) const {
-  const auto& r = spec_.recurrence;
+  const runtime::LayerDescription& l = *layer_;
   const MixerDims& d = dims_;
-  const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
   torch::Tensor o, ht;  // o [B, T, H, dv]; ht like cache.state
   if (kernels_->fused.available) {
     prologue::FusedOptions opt;
     opt.keyDim = d.keyDim;
-    opt.scale = scale;
+    opt.scale = scale();
     opt.chunk = kernels_->chunk;
     opt.outputFinalState = true;
     opt.h0 = cache.state;
     std::tie(o, ht) = prologue::fusedRecurrence(*kernels_, env, opt);
   } else {
-    auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
-      return toKernelLayout(name, kernelRole(name, expr, env), B, T, d, *kernels_);
+    auto role = [&](const std::string& name, const runtime::RoleSource& source) {
+      return toKernelLayout(name, kernelRole(name, source, env), B, T, d, *kernels_);
     };
-    const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
-    torch::Tensor g = decayed ? role("decay", r.decay) : torch::Tensor();
-    torch::Tensor v = role("v", r.v);
+    const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && l.decay.present;
+    torch::Tensor g = decayed ? role("decay", l.decay) : torch::Tensor();
+    torch::Tensor v = role("v", l.v);
     if (kernels_->vectorState) {
       std::tie(o, ht) = ops::scan(v, g, cache.state, {}, true);  // [B, T, H * dv], [B, H * dv]
       o = o.view({B, T, d.heads, d.valueDim});
     } else {
-      torch::Tensor q = role("q", r.q), k = role("k", r.k);  // [B, T, H, dk]
-      torch::Tensor beta = r.update == spec::UpdateKind::Delta ? role("beta", r.beta) : torch::Tensor();  // [B, T, H]
-      torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus
-                            ? toKernelLayout("u", env.at(r.bonus), B, T, d, *kernels_)
+      torch::Tensor q = role("q", l.q), k = role("k", l.k);  // [B, T, H, dk]
+      torch::Tensor beta = kernels_->kind.update == kernels::UpdateRule::Delta ? role("beta", l.beta)
+                                                                               : torch::Tensor();  // [B, T, H]
+      torch::Tensor u = kernels_->kind.readout == kernels::Readout::ExclusiveBonus
+                            ? toKernelLayout("u", env.at(l.bonus), B, T, d, *kernels_)
                             : torch::Tensor();  // [H, dk]
       toCommonKernelDtype(q, k, v);
-      ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, true};
+      ops::RecurrenceOptions opt{kernels_->kind, scale(), kernels_->chunk, true};
       std::tie(o, ht) = ops::recurrence({q, k, v, g, beta, u, cache.state, {}}, opt);
     }
   }
@@ -95,30 +95,30 @@ torch::Tensor LinearMixerImpl::prefillRecurrence(const Env& env, LinearLayerCach
 }
 
 torch::Tensor LinearMixerImpl::stepRecurrence(const Env& env, LinearLayerCache& cache, int64_t B) const {
-  const auto& r = spec_.recurrence;
+  const runtime::LayerDescription& l = *layer_;
   const MixerDims& d = dims_;
-  auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
-    return toKernelLayout(name, kernelRole(name, expr, env), B, 1, d, *kernels_);
+  auto role = [&](const std::string& name, const runtime::RoleSource& source) {
+    return toKernelLayout(name, kernelRole(name, source, env), B, 1, d, *kernels_);
   };
   auto token = [](const torch::Tensor& t) { return t.defined() ? t.select(1, 0) : t; };  // drop T = 1
-  const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
-  torch::Tensor g = decayed ? role("decay", r.decay) : torch::Tensor();
-  torch::Tensor v = role("v", r.v);
+  const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && l.decay.present;
+  torch::Tensor g = decayed ? role("decay", l.decay) : torch::Tensor();
+  torch::Tensor v = role("v", l.v);
   if (kernels_->vectorState) {  // one step of the scan: v, g [B, 1, H * dv]
     auto [h, ht] = ops::scan(v, g, cache.state, {}, true);
     cache.state.copy_(ht);
     return h.view({B, 1, d.heads, d.valueDim});
   }
-  torch::Tensor q = token(role("q", r.q)), k = token(role("k", r.k));  // [B, H, dk]
+  torch::Tensor q = token(role("q", l.q)), k = token(role("k", l.k));  // [B, H, dk]
   v = token(v);                                                        // [B, H, dv]
   if (kernels_->kind.decay != kernels::DecayClass::Fixed) g = token(g);  // [B, H] or [B, H, dk]; fixed: [H]
-  torch::Tensor beta = r.update == spec::UpdateKind::Delta ? token(role("beta", r.beta)) : torch::Tensor();  // [B, H]
-  torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus
-                        ? toKernelLayout("u", env.at(r.bonus), B, 1, d, *kernels_)
+  torch::Tensor beta = kernels_->kind.update == kernels::UpdateRule::Delta ? token(role("beta", l.beta))
+                                                                           : torch::Tensor();  // [B, H]
+  torch::Tensor u = kernels_->kind.readout == kernels::Readout::ExclusiveBonus
+                        ? toKernelLayout("u", env.at(l.bonus), B, 1, d, *kernels_)
                         : torch::Tensor();  // [H, dk]
   toCommonKernelDtype(q, k, v);
-  const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
-  ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, false};
+  ops::RecurrenceOptions opt{kernels_->kind, scale(), kernels_->chunk, false};
   return ops::recurrenceStep({q, k, v, g, beta, u, {}, {}}, cache.state, opt).unsqueeze(1);  // [B, 1, H, dv]
 }
 
@@ -129,7 +129,7 @@ torch::Tensor LinearMixerImpl::forwardCached(const torch::Tensor& x, LinearLayer
   const int64_t B = x.size(0), T = x.size(1);
   const bool step = T == 1;
   Env env;  // field layout (roles.h), x's dtype and device
-  for (const auto& in : spec_.inputs) env[in.name] = cachedInput(in, x, cache, position, step);
+  for (const auto& in : layer_->inputs) env[in.name] = cachedInput(in, x, cache, position, step);
   if (cache.shift.defined()) cache.shift.copy_(x.select(1, T - 1));
   addParamsAndStructure(env, x);
   torch::Tensor o = step ? stepRecurrence(env, cache, B) : prefillRecurrence(env, cache, B, T);  // [B, T, H, dv]

@@ -43,8 +43,8 @@ public:
     if (attention)
       attention_ = register_module("mixer", AttentionMixer(c.attention, c.preset));
     else
-      linear_ = register_module("mixer", LinearMixer(c.linear, c.preset.hidden, layer,
-                                                      c.preset.layers, c.backend));
+      linear_ = register_module("mixer", LinearMixer(linearKernels(c), c.preset.hidden, layer, c.preset.layers,
+                                                      c.backend, &c.linear));
     registerPlan(*this, plan(c.preset), params_);
   }
 
@@ -212,9 +212,17 @@ int64_t parameterCount(const ModelConfig& config) {
   for (int64_t i = 0; i < p.layers; ++i) {
     n += planCount(BlockImpl::plan(p));
     n += planCount(attention[i] ? AttentionMixerImpl::plan(config.attention, p)
-                                : LinearMixerImpl::plan(config.linear, p.hidden));
+                                : LinearMixerImpl::plan(linearKernels(config), p.hidden));
   }
   return n;
+}
+
+const runtime::VariantKernels& linearKernels(const ModelConfig& config) {
+  const runtime::VariantKernels* kernels = runtime::Registry::find(config.linear.name);
+  if (!kernels)
+    throw std::invalid_argument("model: no generated code for variant '" + config.linear.name +
+                                "' is linked in (generate it with linac compile)");
+  return *kernels;
 }
 
 }  // namespace linac::model

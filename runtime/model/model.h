@@ -6,6 +6,7 @@
 
 #include "linac/Spec/Spec.h"
 #include "model/cache.h"
+#include "registry/registry.h"
 
 #include <torch/torch.h>
 
@@ -21,6 +22,9 @@ enum class MixerBackend {
   Oracle,   // float64 naive recurrence + spec expressions evaluated in torch (gradient checks)
 };
 
+/// The linear layers are built from the registry's description of the variant named
+/// `linear.name` (registry/layer.h); the rest of `linear` is read only by the Oracle backend,
+/// whose expressions come from the spec (and by the commands, for names and hashes).
 struct ModelConfig {
   spec::PresetSpec preset;
   spec::VariantSpec linear;     // kind: linear
@@ -78,5 +82,9 @@ TORCH_MODULE(HybridLM);
 /// The parameter count of the model `config` describes, from shapes alone (nothing is
 /// allocated: usable for 1.3B configurations). Equals HybridLM(config)->parameterCount().
 int64_t parameterCount(const ModelConfig& config);
+
+/// The registered variant the linear layers of `config` are built from. Throws
+/// std::invalid_argument when no generated code for it is linked in.
+const runtime::VariantKernels& linearKernels(const ModelConfig& config);
 
 }  // namespace linac::model

@@ -6,36 +6,35 @@
 
 namespace linac::model {
 
-MixerDims resolveDims(const spec::VariantSpec& spec, int64_t hidden) {
-  auto given = [](const spec::DimSpec& s) { return s.absolute > 0 || s.expand > 0.0; };
+MixerDims resolveDims(const runtime::VariantKernels& kernels, int64_t hidden) {
+  const runtime::LayerDescription& layer = kernels.layer;
   MixerDims d;
   d.hidden = hidden;
-  d.heads = spec.heads;
-  if (given(spec.keyDim)) d.keyDim = spec.keyDim.resolve(hidden, spec.heads);
-  d.valueDim = given(spec.valueDim) ? spec.valueDim.resolve(hidden, spec.heads) : d.keyDim;
-  if (spec.recurrence.state == spec::StateKind::Vector) d.keyDim = 0;
+  d.heads = layer.heads;
+  d.valueDim = layer.valueDim.resolve(hidden, layer.heads);
+  d.keyDim = kernels.vectorState ? 0 : layer.keyDim.resolve(hidden, layer.heads);
   return d;
 }
 
-int64_t extentWidth(spec::Extent e, const MixerDims& d) {
+int64_t extentWidth(runtime::Extent e, const MixerDims& d) {
   switch (e) {
-  case spec::Extent::Scalar: return 1;
-  case spec::Extent::Head: return d.heads;
-  case spec::Extent::Key: return d.heads * d.keyDim;
-  case spec::Extent::Value: return d.heads * d.valueDim;
-  case spec::Extent::Hidden: return d.hidden;
+  case runtime::Extent::Scalar: return 1;
+  case runtime::Extent::Head: return d.heads;
+  case runtime::Extent::Key: return d.heads * d.keyDim;
+  case runtime::Extent::Value: return d.heads * d.valueDim;
+  case runtime::Extent::Hidden: return d.hidden;
   }
   throw std::invalid_argument("model: unknown extent");
 }
 
-std::vector<int64_t> fieldShape(spec::Extent e, int64_t B, int64_t T, const MixerDims& d,
+std::vector<int64_t> fieldShape(runtime::Extent e, int64_t B, int64_t T, const MixerDims& d,
                                 const std::string& name) {
   switch (e) {
-  case spec::Extent::Scalar: return {B, T, 1, 1};
-  case spec::Extent::Head: return {B, T, d.heads, 1};
-  case spec::Extent::Key: return {B, T, d.heads, d.keyDim};
-  case spec::Extent::Value: return {B, T, d.heads, d.valueDim};
-  case spec::Extent::Hidden: break;
+  case runtime::Extent::Scalar: return {B, T, 1, 1};
+  case runtime::Extent::Head: return {B, T, d.heads, 1};
+  case runtime::Extent::Key: return {B, T, d.heads, d.keyDim};
+  case runtime::Extent::Value: return {B, T, d.heads, d.valueDim};
+  case runtime::Extent::Hidden: break;
   }
   throw std::invalid_argument("model: '" + name +
                               "' has extent hidden, which the linear layer does not support yet");

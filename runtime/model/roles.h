@@ -1,5 +1,5 @@
-// Shapes of a linear spec's values and the recurrence roles' layouts (DESIGN.md section 3),
-// shared by the mixer layer and anything else that feeds spec roles to the kernels.
+// Shapes of a linear layer's values and the recurrence roles' layouts (DESIGN.md section 3),
+// shared by the mixer layer and anything else that feeds roles to the kernels.
 //
 // Field shapes: a per-token value of extent head is [B, T, H, 1], key [B, T, H, dk], value
 // [B, T, H, dv], scalar [B, T, 1, 1]; params are the same with B = T = 1; the structural name
@@ -7,7 +7,6 @@
 // over these broadcast like the spec's extents do.
 #pragma once
 
-#include "linac/Spec/Spec.h"
 #include "registry/registry.h"
 
 #include <torch/types.h>
@@ -17,7 +16,7 @@
 
 namespace linac::model {
 
-/// A linear spec's sizes at model width `hidden`.
+/// A linear layer's sizes at model width `hidden`.
 struct MixerDims {
   int64_t hidden = 0;
   int64_t heads = 0;
@@ -25,14 +24,15 @@ struct MixerDims {
   int64_t valueDim = 0;  // vector state: the channels per head
 };
 
-MixerDims resolveDims(const spec::VariantSpec& spec, int64_t hidden);
+/// Throws std::invalid_argument when a dim rule does not resolve at `hidden`.
+MixerDims resolveDims(const runtime::VariantKernels& kernels, int64_t hidden);
 
 /// Width of a per-token projection of extent `e` (all heads together).
-int64_t extentWidth(spec::Extent e, const MixerDims& d);
+int64_t extentWidth(runtime::Extent e, const MixerDims& d);
 
 /// Shape of a value of extent `e` (see the header comment); B = T = 1 for params. Throws for
 /// extent hidden (it has no per-head layout).
-std::vector<int64_t> fieldShape(spec::Extent e, int64_t B, int64_t T, const MixerDims& d,
+std::vector<int64_t> fieldShape(runtime::Extent e, int64_t B, int64_t T, const MixerDims& d,
                                 const std::string& name);
 
 /// Reshapes a role's value (field layout, possibly broadcast) to what the kernels take:

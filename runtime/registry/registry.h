@@ -8,6 +8,7 @@
 
 #include "kernels/common/fused.h"
 #include "kernels/common/recurrence.h"
+#include "registry/layer.h"
 
 #include <cstdint>
 #include <string>
@@ -34,7 +35,7 @@ struct PrologueMap {
 };
 
 /// How the chunk kernels can compute the recurrence's roles themselves (kernels/common/fused.h):
-/// decided by the emitter from the spec. `available` is false for a variant whose roles do not
+/// planned by linac-plan-fused-prologue. `available` is false for a variant whose roles do not
 /// fit the fused forward (vector state, a computed v, a role with more than kMaxRoleOperands
 /// operands); it then runs composed (prologue maps, then the kernels).
 struct FusedPlan {
@@ -53,6 +54,7 @@ struct VariantKernels {
   int chunk = 64;
   std::vector<PrologueMap> maps;
   FusedPlan fused;
+  LayerDescription layer;  // what the runtime builds the layer from (registry/layer.h)
 
   /// The map for `role`, or null when the role is a plain reference (no expression).
   const PrologueMap* find(std::string_view role) const;

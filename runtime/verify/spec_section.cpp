@@ -25,8 +25,20 @@ constexpr double kInitNoise = 0.1;
 /// The verify shape as the model's per-head sizes (the width is not used by field layouts).
 model::MixerDims dims(const Shape& s) { return {s.heads * s.valueDim, s.heads, s.keyDim, s.valueDim}; }
 
+/// The runtime's name of a spec extent (verify reads the spec, the model the registry).
+runtime::Extent extentOf(spec::Extent e) {
+  switch (e) {
+  case spec::Extent::Scalar: return runtime::Extent::Scalar;
+  case spec::Extent::Head: return runtime::Extent::Head;
+  case spec::Extent::Key: return runtime::Extent::Key;
+  case spec::Extent::Value: return runtime::Extent::Value;
+  case spec::Extent::Hidden: return runtime::Extent::Hidden;
+  }
+  throw std::invalid_argument("verify: unknown extent");
+}
+
 std::vector<int64_t> fieldShape(spec::Extent e, bool perToken, const Shape& s, const std::string& name) {
-  return model::fieldShape(e, perToken ? s.batch : 1, perToken ? s.seqLen : 1, dims(s), name);
+  return model::fieldShape(extentOf(e), perToken ? s.batch : 1, perToken ? s.seqLen : 1, dims(s), name);
 }
 
 torch::Tensor drawParam(const spec::ParamSpec& p, const std::vector<int64_t>& shape) {

@@ -2,7 +2,7 @@
 # Pins the device maps that `linac compile` emits for Gated DeltaNet (generated/<v>/<v>_cuda.cu):
 # strided operands, the partials kernel, the launchers and the registration; the fused-prologue
 # plan and Roles policy (GDN: q / k normalised in the kernel; HGRN2: tied keys computed; HGRN: not
-# fused); and that an operand name that would shadow a kernel local is rejected.
+# fused); the layer description in the registration; and that an operand name that would shadow a kernel local is rejected.
 # usage: device_maps_check.sh LINAC SPECS_DIR OUT_DIR
 set -eu
 linac=$1 specs=$2 out=$3
@@ -30,7 +30,8 @@ expect '    return gated_deltanet::decay(at(0), at(1), at(2));'
 expect '  kernels::cuda::launchFusedChunkForward<Roles>(args, stream);'
 expect '    &fusedForward};'
 reg="$out/gated_deltanet/gated_deltanet_register.cpp"
-for line in '{.available = true,' '.qTile = "q",' '.normQ = true,' '.normK = true}};'; do
+for line in '{.available = true,' '.qTile = "q",' '.normQ = true,' '.normK = true},' '    kLayer};' \
+    '.valueDim = {.expand = 2.0},' '.beta = {.present = true},'; do
   grep -qF -- "$line" "$reg" || { echo "$reg lacks: $line" >&2; exit 1; }
 done
 "$linac" compile "$specs/hgrn2.yaml" --out "$out" > /dev/null

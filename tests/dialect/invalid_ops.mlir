@@ -269,16 +269,6 @@ linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 4 
 
 // -----
 
-// expected-error@+1 {{'layers' has 1 entries, expected num_layers = 2}}
-linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 2 : i64, schedule = "pure", linear = @l, layers = [@l]}
-
-// -----
-
-// expected-error@+1 {{layer 1 is @x, expected the linear or attention symbol}}
-linac.model @m attributes {hidden = 64 : i64, vocab = 256 : i64, num_layers = 2 : i64, schedule = "pure", linear = @l, layers = [@l, @x]}
-
-// -----
-
 linac.variant @v attributes {heads = 1 : i64, key_dim = 64 : i64, value_dim = 64 : i64} {
   // expected-error@+1 {{unknown state 'tensor'}}
   %o = linac.recurrence tensor additive inclusive v(%v : !linac.field<token, value>) decay_class(unknown) algorithm(unselected) -> !linac.field<token, value>

@@ -13,8 +13,8 @@ linac.variant @gated_deltanet attributes {heads = 4 : i64, key_dim = 256 : i64, 
   %a = linac.input "a" {low_rank = 16 : i64, token_shift = true, rope} : !linac.field<token, head>
   %bx = linac.input "b" : !linac.field<token, head>
   %gx = linac.input "g" {activation = #linac.activation<silu>} : !linac.field<token, value>
-  // CHECK: %[[A:.*]] = linac.param "A_log" {init = "log_uniform(1, 16)"} : !linac.field<constant, head>
-  %A = linac.param "A_log" {init = "log_uniform(1, 16)"} : !linac.field<constant, head>
+  // CHECK: %[[A:.*]] = linac.param "A_log" {init = #linac.init<log_uniform>, init_args = array<f64: 1.000000e+00, 1.600000e+01>} : !linac.field<constant, head>
+  %A = linac.param "A_log" {init = #linac.init<log_uniform>, init_args = array<f64: 1.0, 16.0>} : !linac.field<constant, head>
   %dt = linac.param "dt_bias" : !linac.field<constant, head>
   // CHECK: linac.index "head" : !linac.field<constant, head>
   %h = linac.index "head" : !linac.field<constant, head>
@@ -48,8 +48,8 @@ linac.variant @gated_deltanet attributes {heads = 4 : i64, key_dim = 256 : i64, 
   }
   // CHECK: %[[O:.*]] = linac.recurrence matrix delta inclusive q(%[[Q]] : !linac.field<token, key>) k(%[[K]] : !linac.field<token, key>) v(%[[V]] : !linac.field<token, value>) decay(%[[G]] : !linac.field<token, head>) beta(%[[B]]#0 : !linac.field<token, head>) decay_class(unknown) algorithm(unselected) {scale = 6.250000e-02 : f64} -> !linac.field<token, value>
   %o = linac.recurrence matrix delta inclusive q(%q : !linac.field<token, key>) k(%k : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%g : !linac.field<token, head>) beta(%b#0 : !linac.field<token, head>) decay_class(unknown) algorithm(unselected) {scale = 0.0625 : f64} -> !linac.field<token, value>
-  // CHECK: linac.output %[[O]] : !linac.field<token, value> norm(rmsnorm) gate(%{{.*}} : !linac.field<token, value>) residual(%[[V]] : !linac.field<token, value>) {eps = 9.9999999999999995E-7 : f64}
-  linac.output %o : !linac.field<token, value> norm(rmsnorm) gate(%gx : !linac.field<token, value>) residual(%v : !linac.field<token, value>) {eps = 1.0e-6 : f64}
+  // CHECK: linac.output %[[O]] : !linac.field<token, value> norm(rmsnorm) gate(%{{.*}} : !linac.field<token, value>) residual(%[[V]] : !linac.field<token, value>)
+  linac.output %o : !linac.field<token, value> norm(rmsnorm) gate(%gx : !linac.field<token, value>) residual(%v : !linac.field<token, value>)
 }
 
 // CHECK-LABEL: linac.variant @rwkv6
@@ -58,7 +58,7 @@ linac.variant @rwkv6 attributes {heads = 4 : i64, key_dim = 64 : i64, value_dim 
   %k = linac.input "k" {token_shift = true} : !linac.field<token, key>
   %v = linac.input "v" {token_shift = true} : !linac.field<token, value>
   %w = linac.input "w" {token_shift = true, low_rank = 64 : i64} : !linac.field<token, key>
-  %u = linac.param "u" {init = "zeros"} : !linac.field<constant, key>
+  %u = linac.param "u" {init = #linac.init<zeros>} : !linac.field<constant, key>
   // CHECK: linac.recurrence matrix additive exclusive_bonus q(%{{.*}}) k(%{{.*}}) v(%{{.*}}) decay(%{{.*}}) bonus(%{{.*}} : !linac.field<constant, key>) decay_class(diagonal) algorithm(chunk_additive) {tile = {chunk = 64 : i64}} -> !linac.field<token, value>
   %o = linac.recurrence matrix additive exclusive_bonus q(%r : !linac.field<token, key>) k(%k : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%w : !linac.field<token, key>) bonus(%u : !linac.field<constant, key>) decay_class(diagonal) algorithm(chunk_additive) {tile = {chunk = 64 : i64}} -> !linac.field<token, value>
   // CHECK: linac.output %{{.*}} : !linac.field<token, value> norm(groupnorm)

@@ -6,8 +6,7 @@
 // CHECK: {role = "grad:decay"}
 // CHECK: {role = "beta"}
 // CHECK: {role = "grad:beta"}
-// CHECK: linac.recurrence matrix delta inclusive {{.*}} decay_class(scalar) algorithm(chunk_delta) {scale = 6.250000e-02 : f64, tile = {block_v = 64 : i64, chunk = 64 : i64}}
-// CHECK: linac.model @model attributes {{.*}}layers = [@gated_deltanet, @gated_deltanet, @gated_deltanet, @attention]
+// CHECK: linac.recurrence matrix delta inclusive {{.*}} decay_class(scalar) algorithm(chunk_delta) {fused = {available = true, beta = true, decay = true, k = "k", norm_k = true, norm_q = true, q = "q", v = "v"}, scale = 6.250000e-02 : f64, tile = {block_v = 64 : i64, chunk = 64 : i64}}
 linac.variant @gated_deltanet attributes {heads = 4 : i64, key_dim = 256 : i64, value_dim = 512 : i64} {
   %q = linac.input "q" {conv = 4 : i64, activation = #linac.activation<silu>, l2norm} : !linac.field<token, key>
   %k = linac.input "k" {conv = 4 : i64, activation = #linac.activation<silu>, l2norm} : !linac.field<token, key>
@@ -15,8 +14,8 @@ linac.variant @gated_deltanet attributes {heads = 4 : i64, key_dim = 256 : i64, 
   %a = linac.input "a" : !linac.field<token, head>
   %bx = linac.input "b" : !linac.field<token, head>
   %gx = linac.input "g" {activation = #linac.activation<silu>} : !linac.field<token, value>
-  %A = linac.param "A_log" {init = "log_uniform(1, 16)"} : !linac.field<constant, head>
-  %dt = linac.param "dt_bias" {init = "dt_bias"} : !linac.field<constant, head>
+  %A = linac.param "A_log" {init = #linac.init<log_uniform>, init_args = array<f64: 1.0, 16.0>} : !linac.field<constant, head>
+  %dt = linac.param "dt_bias" {init = #linac.init<dt_bias>, init_args = array<f64: 0.001, 0.1>} : !linac.field<constant, head>
   %g = linac.map (%a, %A, %dt) {role = "decay"} : (!linac.field<token, head>, !linac.field<constant, head>, !linac.field<constant, head>) -> !linac.field<token, head> {
   ^bb0(%x: f32, %alog: f32, %bias: f32):
     %s = arith.addf %x, %bias : f32

@@ -5,6 +5,7 @@
 #include "Args.h"
 #include "CacheReport.h"
 #include "Commands.h"
+#include "KernelLookup.h"
 
 #include "eval/run_model.h"
 #include "linac/Spec/SpecParser.h"
@@ -45,6 +46,7 @@ int runMemory(int argc, char** argv) {
   const model::ModelConfig hybrid = eval::describeRun(in, 0).config;
   if (hybrid.linear.kind != spec::VariantKind::Linear)
     throw UsageError(in.spec + " is not a linear variant spec; full attention comes from --schedule");
+  requireKernels(hybrid.linear, in.spec);  // the layers' description (compiled on demand when not in generated/)
   model::ModelConfig transformer = hybrid;
   transformer.schedule = spec::loadSchedule("transformer");
 

@@ -9,7 +9,6 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 
-#include <cmath>
 #include <map>
 #include <set>
 
@@ -52,22 +51,31 @@ ml::NormKind toNorm(spec::NormKind n) {
   return ml::NormKind::none;
 }
 
-std::string initText(const spec::InitSpec& init) {
-  auto num = [](double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", x);
-    return std::string(buf);
-  };
-  switch (init.kind) {
-  case spec::InitKind::Zeros: return "zeros";
-  case spec::InitKind::Ones: return "ones";
-  case spec::InitKind::Constant: return "constant(" + num(init.a) + ")";
-  case spec::InitKind::Normal: return "normal(" + num(init.a) + ")";
-  case spec::InitKind::Uniform: return "uniform(" + num(init.a) + ", " + num(init.b) + ")";
-  case spec::InitKind::LogUniform: return "log_uniform(" + num(init.a) + ", " + num(init.b) + ")";
-  case spec::InitKind::DtBias: return "dt_bias(" + num(init.a) + ", " + num(init.b) + ")";
+ml::InitKind toInit(spec::InitKind k) {
+  switch (k) {
+  case spec::InitKind::Zeros: return ml::InitKind::zeros;
+  case spec::InitKind::Ones: return ml::InitKind::ones;
+  case spec::InitKind::Constant: return ml::InitKind::constant;
+  case spec::InitKind::Normal: return ml::InitKind::normal;
+  case spec::InitKind::Uniform: return ml::InitKind::uniform;
+  case spec::InitKind::LogUniform: return ml::InitKind::log_uniform;
+  case spec::InitKind::DtBias: return ml::InitKind::dt_bias;
   }
-  return "zeros";
+  return ml::InitKind::zeros;
+}
+
+/// The arguments an init of kind `k` takes (a; or a, b).
+llvm::SmallVector<double> initArgs(const spec::InitSpec& init) {
+  switch (init.kind) {
+  case spec::InitKind::Zeros:
+  case spec::InitKind::Ones: return {};
+  case spec::InitKind::Constant:
+  case spec::InitKind::Normal: return {init.a};
+  case spec::InitKind::Uniform:
+  case spec::InitKind::LogUniform:
+  case spec::InitKind::DtBias: return {init.a, init.b};
+  }
+  return {};
 }
 
 /// The names that can stand at the leaves of an expression and are not definitions.
@@ -99,6 +107,7 @@ public:
       if (in.lowRank) attrs.push_back(b_.getNamedAttr("low_rank", b_.getI64IntegerAttr(in.lowRank)));
       if (in.tokenShift) attrs.push_back(b_.getNamedAttr("token_shift", b_.getBoolAttr(true)));
       if (in.rope) attrs.push_back(b_.getNamedAttr("rope", b_.getUnitAttr()));
+      if (in.bias) attrs.push_back(b_.getNamedAttr("bias", b_.getUnitAttr()));
       leaves_[in.name] = ml::InputOp::create(b_, loc(in.loc), mlir::TypeRange{type},
                                              mlir::ValueRange{}, attrs)
                              .getResult();
@@ -107,7 +116,8 @@ public:
       auto type = ml::FieldType::get(ctx, ml::Varying::constant, toExtent(p.extent));
       llvm::SmallVector<mlir::NamedAttribute> attrs = {
           b_.getNamedAttr("name", b_.getStringAttr(p.name)),
-          b_.getNamedAttr("init", b_.getStringAttr(initText(p.init)))};
+          b_.getNamedAttr("init", ml::InitKindAttr::get(ctx, toInit(p.init.kind))),
+          b_.getNamedAttr("init_args", b_.getDenseF64ArrayAttr(initArgs(p.init)))};
       leaves_[p.name] = ml::ParamOp::create(b_, loc(p.loc), mlir::TypeRange{type},
                                             mlir::ValueRange{}, attrs)
                             .getResult();
@@ -127,8 +137,8 @@ public:
         throw spec::SpecError(r.loc, "bonus '" + r.bonus + "' is not a parameter");
       bonus = it->second;
     }
-    double scale = 1.0;
-    if (matrix) scale = r.scale ? *r.scale : 1.0 / std::sqrt(static_cast<double>(keyDim_));
+    // Absent: key_dim^-0.5 at the width the layer is built at (the runtime's).
+    mlir::FloatAttr scale = matrix && r.scale ? b_.getF64FloatAttr(*r.scale) : mlir::FloatAttr();
 
     auto* c = b_.getContext();
     auto resultType = ml::FieldType::get(
@@ -142,18 +152,15 @@ public:
                                     ? ml::Readout::inclusive
                                     : ml::Readout::exclusive_bonus),
         ml::DecayClassAttr::get(c, ml::DecayClass::unknown),
-        ml::AlgorithmAttr::get(c, ml::Algorithm::unselected), b_.getF64FloatAttr(scale),
+        ml::AlgorithmAttr::get(c, ml::Algorithm::unselected), scale, mlir::DictionaryAttr(),
         mlir::DictionaryAttr());
 
     const auto& out = v_.output;
     Value gate = out.gate ? field(out.gate, "gate") : Value();
     Value residual = out.residual ? field(out.residual, "residual") : Value();
     ml::OutputOp::create(b_, loc(out.loc), rec.getResult(),
-                         ml::NormKindAttr::get(c, toNorm(out.norm)), gate, residual,
-                         mlir::FloatAttr());
+                         ml::NormKindAttr::get(c, toNorm(out.norm)), gate, residual);
   }
-
-  void setKeyDim(int64_t dk) { keyDim_ = dk; }
 
 private:
   /// The field computing `e`: a leaf's value directly, otherwise a linac.map over the leaves the
@@ -245,7 +252,6 @@ private:
   const spec::VariantSpec& v_;
   std::map<std::string, const spec::DefSpec*> defs_;
   std::map<std::string, Value> leaves_;
-  int64_t keyDim_ = 0;
 };
 
 /// The schedule in its canonical text form, which linac.model parses with the front end.
@@ -298,6 +304,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(mlir::MLIRContext& context,
   mlir::OpBuilder b(&context);
   auto fileLoc = mlir::FileLineColLoc::get(&context, variant.file, variant.loc.line, variant.loc.col);
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(fileLoc);
+  // What the emitters print in their banners: where the spec came from and its hash.
+  (*module)->setAttr(ml::kSpecFileAttrName, b.getStringAttr(variant.file));
+  (*module)->setAttr(ml::kSpecHashAttrName, b.getStringAttr(variant.hash));
   b.setInsertionPointToEnd(module->getBody());
 
   std::string linearName, attentionName;
@@ -306,15 +315,18 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(mlir::MLIRContext& context,
     attentionName = variant.name;
   } else {
     int64_t dk = variant.keyDim.resolve(preset.hidden, variant.heads);
-    int64_t dv = variant.recurrence.state == spec::StateKind::Vector
-                     ? dk
-                     : variant.valueDim.resolve(preset.hidden, variant.heads);
-    auto op = ml::VariantOp::create(b, fileLoc, variant.name, variant.heads, dk, dv, variant.chunk);
+    // A vector state has no keys: value_dim is its channel count per head.
+    int64_t dv = variant.valueDim.resolve(preset.hidden, variant.heads);
+    auto op = ml::VariantOp::create(b, fileLoc, variant.name, variant.heads, dk, dv, mlir::FloatAttr(),
+                                    mlir::FloatAttr(), variant.chunk, mlir::StringAttr());
+    // A ratio of the model width stays one: the runtime resolves it at its own width.
+    if (variant.keyDim.absolute == 0) op.setKeyExpandAttr(b.getF64FloatAttr(variant.keyDim.expand));
+    if (variant.valueDim.absolute == 0) op.setValueExpandAttr(b.getF64FloatAttr(variant.valueDim.expand));
+    if (!variant.description.empty()) op.setDescriptionAttr(b.getStringAttr(variant.description));
     op.getBody().emplaceBlock();
     mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&op.getBodyBlock());
     VariantBuilder vb(b, variant);
-    vb.setKeyDim(dk);
     vb.build();
     linearName = variant.name;
     if (model.attention && model.attention->name != variant.name) {

@@ -1,39 +1,12 @@
 #include "linac/Emit/FusedRoles.h"
 
-#include "linac/Spec/ExprWalk.h"
-
 #include <sstream>
-#include <tuple>
+#include <stdexcept>
 
 namespace linac::emit {
 namespace {
 
-/// Operands one fused role may read (kernels/common/fused.h: kMaxRoleOperands).
-constexpr size_t kMaxRoleOperands = 4;
-
-void countRefs(const spec::ExprPtr& e, std::map<std::string, int>& counts) {
-  if (!e) return;
-  spec::forEachNode(*e, [&](const spec::Expr& node) {
-    if (node.kind == spec::ExprKind::Ref) ++counts[node.name];
-  });
-}
-
-/// How often each name is read by the spec's expressions (definitions included) and the bonus.
-std::map<std::string, int> referenceCounts(const spec::VariantSpec& spec) {
-  std::map<std::string, int> counts;
-  for (const auto& d : spec.defs) countRefs(d.expr, counts);
-  const auto& r = spec.recurrence;
-  for (const auto& e : {r.q, r.k, r.v, r.decay, r.beta, spec.output.gate, spec.output.residual})
-    countRefs(e, counts);
-  if (!r.bonus.empty()) ++counts[r.bonus];
-  return counts;
-}
-
-const spec::InputSpec* inputNamed(const spec::VariantSpec& spec, const std::string& name) {
-  for (const auto& in : spec.inputs)
-    if (in.name == name) return &in;
-  return nullptr;
-}
+namespace ml = mlir::linac;
 
 /// One line of the generated comment describing `role`.
 std::string describe(const std::string& role, const FusedRole& r, const std::string& granularity) {
@@ -56,53 +29,44 @@ std::string roleFunction(const std::string& variant, const std::string& role, co
 
 }  // namespace
 
-FusedRolesPlan planFusedRoles(const spec::VariantSpec& spec,
-                              const std::map<std::string, std::vector<std::string>>& roleArgs,
-                              bool vectorState, bool decayNone) {
+FusedRolesPlan readFusedRoles(ml::RecurrenceOp rec,
+                              const std::map<std::string, std::vector<std::string>>& roleArgs) {
+  mlir::DictionaryAttr fused = rec.getFusedAttr();
+  if (!fused) throw std::runtime_error("emit: fusion not planned (run linac-plan-fused-prologue)");
+  auto text = [&](const char* key) {
+    auto a = fused.getAs<mlir::StringAttr>(key);
+    if (!a) throw std::runtime_error(std::string("emit: the fused plan has no '") + key + "'");
+    return a.str();
+  };
+  auto flag = [&](const char* key) {
+    auto a = fused.getAs<mlir::BoolAttr>(key);
+    if (!a) throw std::runtime_error(std::string("emit: the fused plan has no '") + key + "'");
+    return a.getValue();
+  };
   FusedRolesPlan plan;
-  auto refuse = [&](std::string why) {
-    plan.why = std::move(why);
+  if (!flag("available")) {
+    plan.why = text("reason");
     return plan;
-  };
-  if (vectorState) return refuse("vector state (the scan reads its operands materialised)");
-  const std::map<std::string, int> refs = referenceCounts(spec);
-  const auto& rec = spec.recurrence;
-
-  // A tile: a plain reference to an input of the role's extent (q, k, v). Computed: the role's
-  // generated function of its operands.
-  auto assign = [&](const std::string& role, const spec::ExprPtr& e, spec::Extent extent,
-                    bool tileable, FusedRole& out) -> std::string {
-    if (tileable && e && e->kind == spec::ExprKind::Ref) {
-      if (const spec::InputSpec* in = inputNamed(spec, e->name); in && in->extent == extent) {
-        out.tile = in->name;
-        // Normalised in the kernel only when nothing else reads the input (it then arrives raw).
-        out.normalize = in->l2norm && !in->rope && refs.at(in->name) == 1;
-        return "";
-      }
-    }
-    auto it = roleArgs.find(role);
-    if (it == roleArgs.end()) return role + " is a plain reference the kernel cannot read as a tile";
-    out.args = it->second;
-    if (out.args.size() > kMaxRoleOperands)
-      return role + " reads " + std::to_string(out.args.size()) + " operands (the fused kernel takes " +
-             std::to_string(kMaxRoleOperands) + ")";
-    return "";
-  };
-  for (auto [role, expr, extent, out] :
-       {std::tuple{"q", rec.q, spec::Extent::Key, &plan.q}, std::tuple{"k", rec.k, spec::Extent::Key, &plan.k}}) {
-    if (std::string why = assign(role, expr, extent, true, *out); !why.empty()) return refuse(why);
   }
-  if (std::string why = assign("v", rec.v, spec::Extent::Value, true, plan.v); !why.empty() || plan.v.tile.empty())
-    return refuse("v is not a plain reference to a value input");
-  plan.hasDecay = !decayNone && rec.decay;
-  if (plan.hasDecay)
-    if (std::string why = assign("decay", rec.decay, spec::Extent::Key, false, plan.decay); !why.empty())
-      return refuse(why);
-  plan.hasBeta = rec.update == spec::UpdateKind::Delta;
-  if (plan.hasBeta)
-    if (std::string why = assign("beta", rec.beta, spec::Extent::Head, false, plan.beta); !why.empty())
-      return refuse(why);
-  plan.bonus = rec.bonus;
+  // A computed role's operands are those of its generated function.
+  auto role = [&](const std::string& name, const std::string& tile, FusedRole& out) {
+    out.tile = tile;
+    if (!tile.empty()) return;
+    auto it = roleArgs.find(name);
+    if (it == roleArgs.end()) throw std::runtime_error("emit: the fused plan computes '" + name + "', which has no map");
+    out.args = it->second;
+  };
+  role("q", text("q"), plan.q);
+  role("k", text("k"), plan.k);
+  role("v", text("v"), plan.v);
+  plan.q.normalize = flag("norm_q");
+  plan.k.normalize = flag("norm_k");
+  plan.hasDecay = flag("decay");
+  if (plan.hasDecay) role("decay", "", plan.decay);
+  plan.hasBeta = flag("beta");
+  if (plan.hasBeta) role("beta", "", plan.beta);
+  if (mlir::Value bonus = rec.getBonus())
+    if (auto param = bonus.getDefiningOp<ml::ParamOp>()) plan.bonus = param.getName().str();
   plan.available = true;
   return plan;
 }
@@ -125,9 +89,8 @@ std::string fusedPlanInitializer(const FusedRolesPlan& plan, const std::string& 
   return os.str();
 }
 
-std::string fusedForwardSource(const spec::VariantSpec& spec, const FusedRolesPlan& plan) {
+std::string fusedForwardSource(const std::string& name, const FusedRolesPlan& plan) {
   if (!plan.available) return "";
-  const std::string& name = spec.name;
   std::ostringstream os;
   os << "/// Where the chunk forward gets " << name << "'s roles (kernels/cuda/chunk_roles.cuh):\n"
      << describe("q", plan.q, "per element") << "\n"

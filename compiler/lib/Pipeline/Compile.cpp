@@ -138,7 +138,7 @@ std::string dumpStage(const CompileOptions& options, Stage stage) {
   auto module = compileModule(ctx, in, options, stage != Stage::IR);
   if (stage != Stage::Cpp) return print(*module);
   std::string all;
-  for (const auto& [path, text] : emit::emitVariantFiles(*module, in.variant))
+  for (const auto& [path, text] : emit::emitVariantFiles(*module))
     all += "// ===== " + path + "\n" + text;
   return all;
 }
@@ -147,7 +147,7 @@ FileSet generate(const CompileOptions& options) {
   Inputs in = loadInputs(options);
   mlir::MLIRContext ctx;
   auto module = compileModule(ctx, in, options, /*optimise=*/true);
-  auto files = emit::emitVariantFiles(*module, in.variant);
+  auto files = emit::emitVariantFiles(*module);
   return FileSet(files.begin(), files.end());
 }
 

@@ -108,18 +108,6 @@ LogicalResult ModelOp::verify() {
   if (anyLinear && !getLinearAttr())
     return emitOpError() << "schedule '" << getSchedule()
                          << "' has linear layers but no 'linear' symbol";
-  if (ArrayAttr list = getLayersAttr()) {
-    if (static_cast<int64_t>(list.size()) != getNumLayers())
-      return emitOpError() << "'layers' has " << list.size()
-                           << " entries, expected num_layers = "
-                           << getNumLayers();
-    for (auto [i, entry] : llvm::enumerate(list)) {
-      auto ref = cast<FlatSymbolRefAttr>(entry);
-      if (ref != getLinearAttr() && ref != getAttentionAttr())
-        return emitOpError() << "layer " << i << " is " << ref
-                             << ", expected the linear or attention symbol";
-    }
-  }
   return success();
 }
 

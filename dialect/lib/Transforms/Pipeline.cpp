@@ -17,6 +17,6 @@ void mlir::linac::buildLinacPipeline(OpPassManager &pm, llvm::StringRef target) 
   LinacSelectAlgorithmPassOptions options;
   options.target = target.str();
   pm.addPass(createLinacSelectAlgorithmPass(options));
-  pm.addPass(createLinacExpandSchedulePass());
+  pm.addPass(createLinacPlanFusedProloguePass());
   pm.addPass(createLinacVerifyPass());
 }

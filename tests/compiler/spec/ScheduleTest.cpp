@@ -60,7 +60,7 @@ TEST(Schedule, LayerCountIsBounded) {
 }
 
 TEST(Schedule, TextExpansionForTheDialectHasTheSameMeaningAndMessages) {
-  // linac.model's verifier and linac-expand-schedule use expandScheduleText: what the front end
+  // linac.model's verifier uses expandScheduleText: what the front end
   // accepts it accepts, and what it rejects it rejects with the same message.
   std::string error;
   for (const char* text : {"3:1", "24:1", "pure", "transformer", "3,7", "[1, 2]"})

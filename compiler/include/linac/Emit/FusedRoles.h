@@ -1,11 +1,12 @@
-// How a spec's prologue is fused into the chunk forward kernel: which recurrence roles the kernel
-// reads as tiles of inputs, which it computes from raw operands with the generated functions, and
-// which q / k inputs it L2-normalises itself (runtime/kernels/cuda/chunk_roles.cuh). The emitter
-// writes the plan into <name>_register.cpp (runtime::FusedPlan) and the kernel policy into
-// <name>_cuda.cu.
+// How a variant's prologue is fused into the chunk forward kernel: which recurrence roles the
+// kernel reads as tiles of inputs, which it computes from raw operands with the generated
+// functions, and which q / k inputs it L2-normalises itself (runtime/kernels/cuda/chunk_roles.cuh).
+// linac-plan-fused-prologue decides it and records it on the recurrence (`fused`); the emitter
+// reads it back here, writes the plan into <name>_register.cpp (runtime::FusedPlan) and the
+// kernel policy into <name>_cuda.cu.
 #pragma once
 
-#include "linac/Spec/Spec.h"
+#include "linac/Dialect/Linac/IR/LinacOps.h"
 
 #include <map>
 #include <string>
@@ -28,11 +29,10 @@ struct FusedRolesPlan {
   std::string bonus;  // exclusive_bonus: the parameter read as u
 };
 
-/// The plan for `spec`. `roleArgs` maps each prologue role with a generated function to its
-/// operands; `vectorState` and `decayNone` come from the compiled recurrence.
-FusedRolesPlan planFusedRoles(const spec::VariantSpec& spec,
-                              const std::map<std::string, std::vector<std::string>>& roleArgs,
-                              bool vectorState, bool decayNone);
+/// The plan recorded on `rec` by linac-plan-fused-prologue. `roleArgs` maps each prologue role
+/// with a generated function to its operands. Throws std::runtime_error when the pass has not run.
+FusedRolesPlan readFusedRoles(mlir::linac::RecurrenceOp rec,
+                              const std::map<std::string, std::vector<std::string>>& roleArgs);
 
 /// The runtime::FusedPlan initialiser for <name>_register.cpp, with a comment line above it.
 std::string fusedPlanInitializer(const FusedRolesPlan& plan, const std::string& name,
@@ -40,6 +40,6 @@ std::string fusedPlanInitializer(const FusedRolesPlan& plan, const std::string& 
 
 /// The Roles policy and the fused forward launcher for <name>_cuda.cu (empty when the plan is not
 /// available), inside the variant's anonymous namespace.
-std::string fusedForwardSource(const spec::VariantSpec& spec, const FusedRolesPlan& plan);
+std::string fusedForwardSource(const std::string& name, const FusedRolesPlan& plan);
 
 }  // namespace linac::emit

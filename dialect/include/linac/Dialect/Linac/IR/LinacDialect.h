@@ -8,4 +8,13 @@
 
 #include "linac/Dialect/Linac/IR/LinacDialect.h.inc"
 
+namespace mlir::linac {
+
+/// Attributes of a module built from a spec: the spec's path and SHA-256, which the emitters print
+/// in the generated files' banners.
+inline constexpr llvm::StringLiteral kSpecFileAttrName = "linac.spec_file";
+inline constexpr llvm::StringLiteral kSpecHashAttrName = "linac.spec_sha256";
+
+} // namespace mlir::linac
+
 #endif // LINAC_DIALECT_LINAC_IR_LINACDIALECT_H

@@ -46,6 +46,12 @@ def Linac_NormKind : Linac_I32Enum<"NormKind", "output normalisation", [
   I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"rmsnorm", 1>,
   I32EnumAttrCase<"groupnorm", 2>, I32EnumAttrCase<"layernorm", 3>]>;
 
+def Linac_InitKind : Linac_I32Enum<"InitKind", "parameter initialiser", [
+  I32EnumAttrCase<"zeros", 0>, I32EnumAttrCase<"ones", 1>,
+  I32EnumAttrCase<"constant", 2>, I32EnumAttrCase<"normal", 3>,
+  I32EnumAttrCase<"uniform", 4>, I32EnumAttrCase<"log_uniform", 5>,
+  I32EnumAttrCase<"dt_bias", 6>]>;
+
 class Linac_EnumAttr<EnumAttrInfo info, string mnemonic, string desc>
     : EnumAttr<Linac_Dialect, info, mnemonic> {
   let assemblyFormat = "`<` $value `>`";
@@ -80,6 +86,13 @@ def Linac_ActivationAttr : Linac_EnumAttr<Linac_Activation, "activation", [{
 }]>;
 def Linac_NormKindAttr : Linac_EnumAttr<Linac_NormKind, "norm", [{
   The output normalisation. Example: `#linac.norm<rmsnorm>`.
+}]>;
+
+def Linac_InitKindAttr : Linac_EnumAttr<Linac_InitKind, "init", [{
+  How a `linac.param` starts (specs/README.md, params.init): `zeros`, `ones`,
+  `constant` (a), `normal` (std a), `uniform` / `log_uniform` ([a, b]),
+  `dt_bias` (Mamba's inverse softplus of a log-uniform dt in [a, b]); a and b
+  are the param's `init_args`. Example: `#linac.init<log_uniform>`.
 }]>;
 
 #endif // LINAC_ENUMS_TD

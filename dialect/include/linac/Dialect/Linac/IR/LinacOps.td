@@ -24,6 +24,12 @@ def Linac_VariantOp : Linac_Op<"variant", [
     elementwise prologue expressions (`linac.map`), exactly one
     `linac.recurrence` and, last, one `linac.output`.
 
+    `key_dim` and `value_dim` are the per-head sizes at the model width the
+    IR was built for (`linac.model`'s hidden). `key_expand` / `value_expand`,
+    when present, say the size is that ratio of the model width split over
+    the heads (the runtime resolves it at its own width); absent, the size is
+    absolute. The emitter writes them into the registry's layer description.
+
     Example:
 
     ```mlir
@@ -36,7 +42,10 @@ def Linac_VariantOp : Linac_Op<"variant", [
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$heads,
                        I64Attr:$key_dim, I64Attr:$value_dim,
-                       DefaultValuedAttr<I64Attr, "64">:$chunk);
+                       OptionalAttr<F64Attr>:$key_expand,
+                       OptionalAttr<F64Attr>:$value_expand,
+                       DefaultValuedAttr<I64Attr, "64">:$chunk,
+                       OptionalAttr<StrAttr>:$description);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
   let hasVerifier = 1;
@@ -73,8 +82,8 @@ def Linac_ModelOp : Linac_Op<"model", [Symbol]> {
     repeated over `num_layers`; a trailing partial block is linear, and when
     R + 1 exceeds `num_layers` the last layer is attention) or `i,j,...`
     (0-based attention layer indices). It is parsed and checked by the spec
-    front end, as `linac compile` and `linac train` do. `layers` (one symbol
-    per layer) is filled by `linac-expand-schedule`.
+    front end, as `linac compile` and `linac train` do (the verifier expands
+    it with the front end's code: the runtime's one expansion).
 
     Example:
 
@@ -85,8 +94,7 @@ def Linac_ModelOp : Linac_Op<"model", [Symbol]> {
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$hidden,
                        I64Attr:$vocab, I64Attr:$num_layers, StrAttr:$schedule,
                        OptionalAttr<FlatSymbolRefAttr>:$linear,
-                       OptionalAttr<FlatSymbolRefAttr>:$attention,
-                       OptionalAttr<FlatSymbolRefArrayAttr>:$layers);
+                       OptionalAttr<FlatSymbolRefAttr>:$attention);
   let assemblyFormat = "$sym_name attr-dict-with-keyword";
   let hasVerifier = 1;
 }
@@ -102,8 +110,8 @@ def Linac_InputOp : Linac_Op<"input", [HasParent<"VariantOp">, Pure]> {
     order: optional token shift, optional low-rank factorisation (`low_rank`
     > 0 is the rank), short causal depthwise conv (`conv` = kernel width, 0 =
     none), `activation`, optional L2 normalisation over the extent (`l2norm`)
-    and rotary embedding (`rope`). The extent of the result type is the
-    output size of the projection per head.
+    and rotary embedding (`rope`). `bias`: the projection has a bias. The
+    extent of the result type is the output size of the projection per head.
 
     Example:
 
@@ -117,7 +125,7 @@ def Linac_InputOp : Linac_Op<"input", [HasParent<"VariantOp">, Pure]> {
                        UnitAttr:$l2norm,
                        DefaultValuedAttr<I64Attr, "0">:$low_rank,
                        DefaultValuedAttr<BoolAttr, "false">:$token_shift,
-                       UnitAttr:$rope);
+                       UnitAttr:$rope, UnitAttr:$bias);
   let results = (outs Linac_Field:$result);
   let assemblyFormat = "$name attr-dict `:` qualified(type($result))";
   let hasVerifier = 1;
@@ -126,16 +134,19 @@ def Linac_InputOp : Linac_Op<"input", [HasParent<"VariantOp">, Pure]> {
 def Linac_ParamOp : Linac_Op<"param", [HasParent<"VariantOp">, Pure]> {
   let summary = "a learned parameter, constant over tokens";
   let description = [{
-    A learned parameter with an initialiser expression `init` (interpreted by
-    the runtime, e.g. `"log_uniform(1, 16)"`, `"zeros"`, `"ones"`).
+    A learned parameter with its initialiser: `init` (`#linac.init`, default
+    zeros) and its arguments `init_args` (a for constant and normal; a, b for
+    uniform, log_uniform and dt_bias).
 
     Example:
 
     ```mlir
-    %A = linac.param "A_log" {init = "log_uniform(1, 16)"} : !linac.field<constant, head>
+    %A = linac.param "A_log" {init = #linac.init<log_uniform>, init_args = array<f64: 1.0, 16.0>} : !linac.field<constant, head>
     ```
   }];
-  let arguments = (ins StrAttr:$name, OptionalAttr<StrAttr>:$init);
+  let arguments = (ins StrAttr:$name,
+                       DefaultValuedAttr<Linac_InitKindAttr, "InitKind::zeros">:$init,
+                       DefaultValuedAttr<DenseF64ArrayAttr, "{}">:$init_args);
   let results = (outs Linac_Field:$result);
   let assemblyFormat = "$name attr-dict `:` qualified(type($result))";
   let hasVerifier = 1;
@@ -235,7 +246,10 @@ def Linac_RecurrenceOp : Linac_Op<"recurrence", [HasParent<"VariantOp">, Pure,
     h_{t-1} + v_t elementwise (no q/k). `decay` is the log-decay g (absent
     means g = 0). `decay_class` is filled by `linac-infer-decay-class`;
     `algorithm` (and the discardable `tile` dictionary) by
-    `linac-select-algorithm`.
+    `linac-select-algorithm`; `fused` (how the chunk forward computes the
+    roles itself) by `linac-plan-fused-prologue`. `scale` is the readout
+    scale the spec gives; absent, it is key_dim^-0.5 at the width the layer
+    is built at.
 
     Syntax: `linac.recurrence <state> <update> <readout>` then the operands
     `q(..) k(..) v(..) decay(..) beta(..) bonus(..)` (each with its type, all
@@ -256,8 +270,9 @@ def Linac_RecurrenceOp : Linac_Op<"recurrence", [HasParent<"VariantOp">, Pure,
                        Linac_ReadoutAttr:$readout,
                        DefaultValuedAttr<Linac_DecayClassAttr, "DecayClass::unknown">:$decay_class,
                        DefaultValuedAttr<Linac_AlgorithmAttr, "Algorithm::unselected">:$algorithm,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale,
-                       OptionalAttr<DictionaryAttr>:$tile);
+                       OptionalAttr<F64Attr>:$scale,
+                       OptionalAttr<DictionaryAttr>:$tile,
+                       OptionalAttr<DictionaryAttr>:$fused);
   let results = (outs Linac_Field:$result);
   let assemblyFormat = [{
     custom<LinacEnum>($state) custom<LinacEnum>($update) custom<LinacEnum>($readout)
@@ -285,8 +300,7 @@ def Linac_OutputOp : Linac_Op<"output", [HasParent<"VariantOp">,
     The last op of a variant: o = norm(input [+ residual]) [* gate], then the
     output projection W_o (implicit); the residual (Mamba-2's D * x) is added
     before the norm, as specs/README.md defines. `gate` is already activated
-    (e.g. a `linac.map {role = "gate"}` computing silu). `eps` is the norm
-    epsilon (default 1e-5 in the runtime).
+    (e.g. a `linac.map {role = "gate"}` computing silu).
 
     Example:
 
@@ -296,8 +310,7 @@ def Linac_OutputOp : Linac_Op<"output", [HasParent<"VariantOp">,
   }];
   let arguments = (ins Linac_Field:$input,
                        DefaultValuedAttr<Linac_NormKindAttr, "NormKind::none">:$norm,
-                       Optional<Linac_Field>:$gate, Optional<Linac_Field>:$residual,
-                       OptionalAttr<F64Attr>:$eps);
+                       Optional<Linac_Field>:$gate, Optional<Linac_Field>:$residual);
   let assemblyFormat = [{
     $input `:` qualified(type($input)) `norm` `(` custom<LinacEnum>($norm) `)`
     (`gate` `(` $gate^ `:` qualified(type($gate)) `)`)?

@@ -12,7 +12,7 @@ namespace mlir::linac {
 #include "linac/Dialect/Linac/Transforms/Passes.h.inc"
 
 /// verify, infer-decay-class, canonicalize, differentiate, canonicalize, cse,
-/// check-constants, select-algorithm{target}, expand-schedule, verify.
+/// check-constants, select-algorithm{target}, plan-fused-prologue, verify.
 void buildLinacPipeline(OpPassManager &pm, llvm::StringRef target);
 
 #define GEN_PASS_REGISTRATION

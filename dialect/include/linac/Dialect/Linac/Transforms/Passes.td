@@ -80,13 +80,35 @@ def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"
   ];
 }
 
-def LinacExpandSchedulePass : Pass<"linac-expand-schedule", "::mlir::ModuleOp"> {
-  let summary = "expand a model's schedule into one symbol per layer";
+def LinacPlanFusedProloguePass : Pass<"linac-plan-fused-prologue", "::mlir::ModuleOp"> {
+  let summary = "plan which recurrence roles the fused chunk forward computes itself";
   let description = [{
-    Fills `layers` of every `linac.model` from `schedule` and `num_layers`:
-    one `@linear` or `@attention` symbol per layer.
+    Records on every `linac.recurrence` a `fused` dictionary saying how the
+    chunk forward kernel can compute the variant's prologue
+    (runtime/kernels/cuda/chunk_roles.cuh) instead of reading materialised
+    roles:
 
-    Example: `linac-opt -linac-expand-schedule in.mlir`
+    - `q`, `k`, `v`: the name of the `linac.input` read as the role's tile
+      (the operand is that input, of extent key for q / k and value for v), or
+      "" when the role is computed by its `linac.map`;
+    - `norm_q`, `norm_k`: the tile is L2-normalised in the kernel (the input
+      has `l2norm`, no `rope`, and the recurrence is its only user, so it can
+      arrive unnormalised);
+    - `decay`, `beta`: the role is computed in the kernel by its map (decay:
+      a decay class other than none; beta: the delta rule);
+    - `available`: true, or false with `reason` when the roles do not fit the
+      fused forward: a vector state, a v that is not a value input, a role
+      that is neither a tile nor a map, a map with more than 4 operands.
+
+    Runs after `linac-infer-decay-class` and the last fold, so the maps and
+    uses it sees are those the emitter prints. The emitter writes the plan
+    into the registry (`runtime::FusedPlan`) and the kernel's Roles policy.
+
+    Example: `linac-opt -linac-plan-fused-prologue in.mlir`
+
+    ```mlir
+    %o = linac.recurrence matrix additive inclusive q(%q : ...) k(%k : ...) v(%v : ...) decay(%g : ...) decay_class(diagonal) algorithm(unselected) {fused = {available = true, beta = false, decay = true, k = "k", norm_k = false, norm_q = false, q = "q", v = "v"}} -> !linac.field<token, value>
+    ```
   }];
 }
 
