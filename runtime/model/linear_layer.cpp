@@ -2,6 +2,7 @@
 
 #include "oracle/expr_eval.h"
 #include "oracle/oracle.h"
+#include "ops/profile_scope.h"
 #include "ops/recurrence_ops.h"
 #include "prologue/fused_recurrence.h"
 #include "prologue/map_op.h"
@@ -10,6 +11,9 @@
 #include <stdexcept>
 
 namespace linac::model {
+
+using ops::scope::profiled;
+namespace scope = ops::scope;
 
 Plan LinearMixerImpl::plan(const spec::VariantSpec& spec, int64_t hidden) {
   const MixerDims d = resolveDims(spec, hidden);
@@ -69,18 +73,23 @@ torch::Tensor LinearMixerImpl::input(const spec::InputSpec& in, const torch::Ten
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
   if (in.tokenShift) {
-    torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
-    h = x + params_.at("shift_" + in.name) * (prev - x);
+    h = profiled(scope::kPrologueEpilogue, [&] {
+      torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
+      return x + params_.at("shift_" + in.name) * (prev - x);
+    });
   }
-  if (in.lowRank > 0) h = torch::linear(h, params_.at("down_" + in.name));  // [B, T, rank]
-  h = torch::linear(h, params_.at("proj_" + in.name),
-                    in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
-  if (in.conv > 0) h = causalConv(h, params_.at("conv_" + in.name));
-  h = activate(h, in.activation);
-  h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
-  if (in.l2norm && !normalizedInKernel(in.name)) h = l2Normalize(h);
-  if (in.rope) h = rope(h, kInputRopeTheta);
-  return h;
+  h = profiled(scope::kProjections, [&] {
+    torch::Tensor r = in.lowRank > 0 ? torch::linear(h, params_.at("down_" + in.name)) : h;  // [B, T, rank]
+    return torch::linear(r, params_.at("proj_" + in.name),
+                         in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
+  });
+  if (in.conv > 0) h = profiled(scope::kShortConv, [&] { return causalConv(h, params_.at("conv_" + in.name)); });
+  return profiled(scope::kPrologueEpilogue, [&] {
+    torch::Tensor f = activate(h, in.activation).reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
+    if (in.l2norm && !normalizedInKernel(in.name)) f = l2Normalize(f);
+    if (in.rope) f = rope(f, kInputRopeTheta);
+    return f;
+  });
 }
 
 bool LinearMixerImpl::normalizedInKernel(const std::string& input) const {
@@ -130,11 +139,12 @@ torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
 torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool oracle) const {
   const auto& r = spec_.recurrence;
   const MixerDims& d = dims_;
+  // A role's prologue map, in the kernel's layout.
   auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
-    return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
-  };
-  auto layout = [&](const std::string& name, const torch::Tensor& t) {
-    return toKernelLayout(name, t, B, T, d, *kernels_);
+    return profiled(scope::kPrologueEpilogue, [&] {
+      torch::Tensor t = oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
+      return toKernelLayout(name, t, B, T, d, *kernels_);
+    });
   };
   const double scale = r.scale ? *r.scale : 1.0 / std::sqrt(double(d.keyDim));
   torch::Tensor o;  // [B, T, H, dv]
@@ -149,25 +159,25 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
     return output(o, env, B, T, oracle);
   }
   const bool decayed = kernels_->kind.decay != kernels::DecayClass::None && r.decay;
-  torch::Tensor g = decayed ? layout("decay", role("decay", r.decay)) : torch::Tensor();
-  torch::Tensor v = layout("v", role("v", r.v));
+  torch::Tensor g = decayed ? role("decay", r.decay) : torch::Tensor();
+  torch::Tensor v = role("v", r.v);
   if (kernels_->vectorState) {
     // v, g [B, T, H * dv]
-    o = oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
-    o = o.view({B, T, d.heads, d.valueDim});
+    o = profiled(scope::kMixerKernel, [&] {
+      return oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
+    }).view({B, T, d.heads, d.valueDim});
   } else {
-    torch::Tensor q = layout("q", role("q", r.q)), k = layout("k", role("k", r.k));  // [B, T, H, dk]
-    torch::Tensor beta = r.update == spec::UpdateKind::Delta ? layout("beta", role("beta", r.beta))
-                                                             : torch::Tensor();      // [B, T, H]
-    torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus ? layout("u", env.at(r.bonus))
-                                                                     : torch::Tensor();  // [H, dk]
-    if (oracle) {
-      o = oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
-    } else {
+    torch::Tensor q = role("q", r.q), k = role("k", r.k);  // [B, T, H, dk]
+    torch::Tensor beta = r.update == spec::UpdateKind::Delta ? role("beta", r.beta) : torch::Tensor();  // [B, T, H]
+    torch::Tensor u = r.readout == spec::ReadoutKind::ExclusiveBonus
+                          ? toKernelLayout("u", env.at(r.bonus), B, T, d, *kernels_)
+                          : torch::Tensor();  // [H, dk]
+    o = profiled(scope::kMixerKernel, [&] {
+      if (oracle) return oracle::recurrence(kernels_->kind, {q, k, v, g, beta, u, {}, scale, {}}).o;
       toCommonKernelDtype(q, k, v);
       ops::RecurrenceOptions opt{kernels_->kind, scale, kernels_->chunk, false};
-      o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
-    }
+      return ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
+    });
   }
   return output(o, env, B, T, oracle);
 }
@@ -177,10 +187,12 @@ torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B
   auto role = [&](const std::string& name, const spec::ExprPtr& expr) {
     return oracle ? oracle::evalExpr(*expr, env, spec_.defs) : kernelRole(name, expr, env);
   };
-  if (spec_.output.residual) o = o + role("residual", spec_.output.residual);
-  o = norm(o);
-  if (spec_.output.gate) o = o * role("gate", spec_.output.gate);
-  return o.reshape({B, T, dims_.heads * dims_.valueDim});
+  return profiled(scope::kPrologueEpilogue, [&] {
+    torch::Tensor y = spec_.output.residual ? o + role("residual", spec_.output.residual) : o;
+    y = norm(y);
+    if (spec_.output.gate) y = y * role("gate", spec_.output.gate);
+    return y.reshape({B, T, dims_.heads * dims_.valueDim});
+  });
 }
 
 void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) const {
@@ -200,7 +212,7 @@ torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   Env env;  // field layout (roles.h), x's dtype and device
   for (const auto& in : spec_.inputs) env[in.name] = input(in, x);
-  addParamsAndStructure(env, x);
+  profiled(scope::kPrologueEpilogue, [&] { addParamsAndStructure(env, x); });
   torch::Tensor o;  // [B, T, H * dv]
   if (backend_ == MixerBackend::Oracle) {
     // The oracle runs in float64 on the CPU: every value the mixer reads is converted (the
@@ -211,7 +223,7 @@ torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   } else {
     o = mix(env, B, T, false);
   }
-  return torch::linear(o, params_.at("o_proj").to(o.scalar_type()));
+  return profiled(scope::kProjections, [&] { return torch::linear(o, params_.at("o_proj").to(o.scalar_type())); });
 }
 
 }  // namespace linac::model
