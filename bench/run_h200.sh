@@ -16,6 +16,10 @@
 #
 #   bash bench/run_h200.sh all [seconds]   both in one call (with a carried cache and short lists)
 #
+#   bash bench/run_h200.sh profile [seconds]
+#     `linac train --preset 340m --profile 3` for MODELS at 3:1, T=4096, bf16, vocab 32000: the
+#     step's time by category and the top kernels ($OUT/profile-<model>.txt), the Chrome traces.
+#
 #   bash bench/run_h200.sh lab [seconds]
 #     the kernel lab (built on another machine with tests/runtime/cuda/run_lab.sh LAB_BUILD_ONLY=1
 #     and carried as build-cuda/linac_cuda_lab, else built in the call): its cases (LAB_ARGS, e.g.
@@ -43,7 +47,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -294,10 +298,27 @@ timed() {
   python3 bench/train_summary.py "$SUM" | tee -a "$OUT/table.txt"
 }
 
+# `linac train --preset 340m --profile 3` for each of MODELS at 3:1 (B=4 T=4096 bf16, the 32,000-entry
+# SentencePiece vocabulary): the step's time by category into $OUT/profile-<model>.txt, the Chrome
+# trace into $OUT/trace-<model>.json.gz. The GPU build needs libsentencepiece for --tokenizer.
+profiled() {
+  build || exit 1
+  for v in $MODELS; do
+    rm -rf "/tmp/prof-$v"
+    phase 240 $L train "specs/$v.yaml" --preset 340m --schedule 3:1 --device cuda --tokenizer bench/tokenizer32k.model \
+      --batch 4 --seq-len 4096 --steps 6 --profile 3 --log-every 1 --lr 3e-4 --eval-every 100000 --eval-batches 1 \
+      --checkpoint-every 100000 --out "/tmp/prof-$v" > "$OUT/profile-$v.log" 2>&1
+    echo "linac profile $v rc=$?"; grep -E "step .*tok/s|error" "$OUT/profile-$v.log" | tail -2
+    cp "/tmp/prof-$v/profile/table.txt" "$OUT/profile-$v.txt" && cat "$OUT/profile-$v.txt"
+    gzip -c "/tmp/prof-$v/profile/trace.json" > "$OUT/trace-$v.json.gz"
+  done
+}
+
 case "$MODE" in
   prepare) prepare ;;
+  profile) profiled ;;
   lab) lab ;;
   time) timed ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile [seconds]" >&2; exit 2 ;;
 esac

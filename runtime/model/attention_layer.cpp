@@ -1,8 +1,13 @@
 #include "model/attention_layer.h"
 
+#include "ops/profile_scope.h"
+
 #include <stdexcept>
 
 namespace linac::model {
+
+using ops::scope::profiled;
+namespace scope = ops::scope;
 
 AttentionDims resolveAttentionDims(const spec::VariantSpec& spec, const spec::PresetSpec& preset) {
   if (spec.kind != spec::VariantKind::Attention)
@@ -34,9 +39,18 @@ AttentionMixerImpl::AttentionMixerImpl(const spec::VariantSpec& spec, const spec
 torch::Tensor AttentionMixerImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), H = dims_.heads, Hkv = dims_.kvHeads, D = dims_.headDim;
   auto w = [&](const char* name) { return params_.at(name).to(x.scalar_type()); };
-  torch::Tensor q = torch::linear(x, w("q_proj")).view({B, T, H, D});
-  torch::Tensor k = torch::linear(x, w("k_proj")).view({B, T, Hkv, D});
-  torch::Tensor v = torch::linear(x, w("v_proj")).view({B, T, Hkv, D});
+  torch::Tensor q, k, v;
+  profiled(scope::kProjections, [&] {
+    q = torch::linear(x, w("q_proj")).view({B, T, H, D});
+    k = torch::linear(x, w("k_proj")).view({B, T, Hkv, D});
+    v = torch::linear(x, w("v_proj")).view({B, T, Hkv, D});
+  });
+  torch::Tensor o = profiled(scope::kAttention, [&] { return attend(q, k, v); });  // [B, T, H * D]
+  return profiled(scope::kProjections, [&] { return torch::linear(o, w("o_proj")); });
+}
+
+torch::Tensor AttentionMixerImpl::attend(torch::Tensor q, torch::Tensor k, torch::Tensor v) const {
+  const int64_t B = q.size(0), T = q.size(1), H = dims_.heads, Hkv = dims_.kvHeads, D = dims_.headDim;
   if (attention_.rope) {
     q = rope(q, attention_.ropeTheta);
     k = rope(k, attention_.ropeTheta);
@@ -48,8 +62,7 @@ torch::Tensor AttentionMixerImpl::forward(const torch::Tensor& x) {
   // SDPA takes [B, H, T, D]: flash / memory-efficient kernels on GPU, math on CPU.
   torch::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                      v.transpose(1, 2), {}, 0.0, /*is_causal=*/true);
-  o = o.transpose(1, 2).reshape({B, T, H * D});  // [B, T, H * D]
-  return torch::linear(o, w("o_proj"));
+  return o.transpose(1, 2).reshape({B, T, H * D});  // [B, T, H * D]
 }
 
 }  // namespace linac::model

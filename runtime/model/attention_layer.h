@@ -36,6 +36,9 @@ public:
   torch::Tensor forwardCached(const torch::Tensor& x, AttentionLayerCache& cache);
 
 private:
+  /// RoPE, GQA's repeated kv heads and causal SDPA: q [B, T, H, D], k, v [B, T, Hkv, D] -> [B, T, H * D].
+  torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v) const;
+
   spec::AttentionSpec attention_;
   AttentionDims dims_;
   std::map<std::string, torch::Tensor> params_;

@@ -2,6 +2,7 @@
 
 #include "oracle/expr_eval.h"
 #include "oracle/oracle.h"
+#include "ops/profile_scope.h"
 #include "ops/recurrence_ops.h"
 #include "prologue/fused_recurrence.h"
 #include "prologue/map_op.h"
@@ -10,6 +11,9 @@
 #include <stdexcept>
 
 namespace linac::model {
+
+using ops::scope::profiled;
+namespace scope = ops::scope;
 
 Plan LinearMixerImpl::plan(const runtime::VariantKernels& kernels, int64_t hidden) {
   const runtime::LayerDescription& layer = kernels.layer;
@@ -72,18 +76,23 @@ torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const 
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
   if (in.tokenShift) {
-    torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
-    h = x + params_.at("shift_" + in.name) * (prev - x);
+    h = profiled(scope::kPrologueEpilogue, [&] {
+      torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
+      return x + params_.at("shift_" + in.name) * (prev - x);
+    });
   }
-  if (in.lowRank > 0) h = torch::linear(h, params_.at("down_" + in.name));  // [B, T, rank]
-  h = torch::linear(h, params_.at("proj_" + in.name),
-                    in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
-  if (in.conv > 0) h = causalConv(h, params_.at("conv_" + in.name));
-  h = activate(h, in.activation);
-  h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
-  if (in.l2norm && !normalizedInKernel(in.name)) h = l2Normalize(h);
-  if (in.rope) h = rope(h, kInputRopeTheta);
-  return h;
+  h = profiled(scope::kProjections, [&] {
+    torch::Tensor r = in.lowRank > 0 ? torch::linear(h, params_.at("down_" + in.name)) : h;  // [B, T, rank]
+    return torch::linear(r, params_.at("proj_" + in.name),
+                         in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
+  });
+  if (in.conv > 0) h = profiled(scope::kShortConv, [&] { return causalConv(h, params_.at("conv_" + in.name)); });
+  return profiled(scope::kPrologueEpilogue, [&] {
+    torch::Tensor f = activate(h, in.activation).reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
+    if (in.l2norm && !normalizedInKernel(in.name)) f = l2Normalize(f);
+    if (in.rope) f = rope(f, kInputRopeTheta);
+    return f;
+  });
 }
 
 bool LinearMixerImpl::normalizedInKernel(const std::string& input) const {
@@ -145,11 +154,12 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
   const runtime::LayerDescription& l = *layer_;
   const spec::RecurrenceSpec* r = oracle ? &oracleSpec_->recurrence : nullptr;  // the oracle's expressions
   const MixerDims& d = dims_;
+  // A role's prologue map, in the kernel's layout.
   auto get = [&](const std::string& name, const runtime::RoleSource& source, spec::ExprPtr spec::RecurrenceSpec::*expr) {
-    return role(name, source, r ? r->*expr : spec::ExprPtr(), env, oracle);
-  };
-  auto layout = [&](const std::string& name, const torch::Tensor& t) {
-    return toKernelLayout(name, t, B, T, d, *kernels_);
+    return profiled(scope::kPrologueEpilogue, [&] {
+      return toKernelLayout(name, role(name, source, r ? r->*expr : spec::ExprPtr(), env, oracle), B, T, d,
+                            *kernels_);
+    });
   };
   torch::Tensor o;  // [B, T, H, dv]
   if (!oracle && kernels_->fused.available) {
@@ -164,27 +174,28 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
   }
   const kernels::RecurrenceKind& kind = kernels_->kind;
   const bool decayed = kind.decay != kernels::DecayClass::None && l.decay.present;
-  torch::Tensor g = decayed ? layout("decay", get("decay", l.decay, &spec::RecurrenceSpec::decay)) : torch::Tensor();
-  torch::Tensor v = layout("v", get("v", l.v, &spec::RecurrenceSpec::v));
+  torch::Tensor g = decayed ? get("decay", l.decay, &spec::RecurrenceSpec::decay) : torch::Tensor();
+  torch::Tensor v = get("v", l.v, &spec::RecurrenceSpec::v);
   if (kernels_->vectorState) {
     // v, g [B, T, H * dv]
-    o = oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
-    o = o.view({B, T, d.heads, d.valueDim});
+    o = profiled(scope::kMixerKernel, [&] {
+      return oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
+    }).view({B, T, d.heads, d.valueDim});
   } else {
-    torch::Tensor q = layout("q", get("q", l.q, &spec::RecurrenceSpec::q));  // [B, T, H, dk]
-    torch::Tensor k = layout("k", get("k", l.k, &spec::RecurrenceSpec::k));  // [B, T, H, dk]
+    torch::Tensor q = get("q", l.q, &spec::RecurrenceSpec::q);  // [B, T, H, dk]
+    torch::Tensor k = get("k", l.k, &spec::RecurrenceSpec::k);  // [B, T, H, dk]
     torch::Tensor beta = kind.update == kernels::UpdateRule::Delta
-                             ? layout("beta", get("beta", l.beta, &spec::RecurrenceSpec::beta))
+                             ? get("beta", l.beta, &spec::RecurrenceSpec::beta)
                              : torch::Tensor();  // [B, T, H]
-    torch::Tensor u = kind.readout == kernels::Readout::ExclusiveBonus ? layout("u", env.at(l.bonus))
-                                                                      : torch::Tensor();  // [H, dk]
-    if (oracle) {
-      o = oracle::recurrence(kind, {q, k, v, g, beta, u, {}, scale(), {}}).o;
-    } else {
+    torch::Tensor u = kind.readout == kernels::Readout::ExclusiveBonus
+                          ? toKernelLayout("u", env.at(l.bonus), B, T, d, *kernels_)
+                          : torch::Tensor();  // [H, dk]
+    o = profiled(scope::kMixerKernel, [&] {
+      if (oracle) return oracle::recurrence(kind, {q, k, v, g, beta, u, {}, scale(), {}}).o;
       toCommonKernelDtype(q, k, v);
       ops::RecurrenceOptions opt{kind, scale(), kernels_->chunk, false};
-      o = ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
-    }
+      return ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
+    });
   }
   return output(o, env, B, T, oracle);
 }
@@ -192,11 +203,14 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
 torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B, int64_t T,
                                       bool oracle) const {
   const spec::OutputSpec* out = oracle ? &oracleSpec_->output : nullptr;  // the oracle's expressions
-  if (layer_->residual.present)
-    o = o + role("residual", layer_->residual, out ? out->residual : spec::ExprPtr(), env, oracle);
-  o = norm(o);
-  if (layer_->gate.present) o = o * role("gate", layer_->gate, out ? out->gate : spec::ExprPtr(), env, oracle);
-  return o.reshape({B, T, dims_.heads * dims_.valueDim});
+  return profiled(scope::kPrologueEpilogue, [&] {
+    torch::Tensor y = o;
+    if (layer_->residual.present)
+      y = y + role("residual", layer_->residual, out ? out->residual : spec::ExprPtr(), env, oracle);
+    y = norm(y);
+    if (layer_->gate.present) y = y * role("gate", layer_->gate, out ? out->gate : spec::ExprPtr(), env, oracle);
+    return y.reshape({B, T, dims_.heads * dims_.valueDim});
+  });
 }
 
 void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) const {
@@ -216,7 +230,7 @@ torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   Env env;  // field layout (roles.h), x's dtype and device
   for (const auto& in : layer_->inputs) env[in.name] = input(in, x);
-  addParamsAndStructure(env, x);
+  profiled(scope::kPrologueEpilogue, [&] { addParamsAndStructure(env, x); });
   torch::Tensor o;  // [B, T, H * dv]
   if (backend_ == MixerBackend::Oracle) {
     // The oracle runs in float64 on the CPU: every value the mixer reads is converted (the
@@ -227,7 +241,7 @@ torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
   } else {
     o = mix(env, B, T, false);
   }
-  return torch::linear(o, params_.at("o_proj").to(o.scalar_type()));
+  return profiled(scope::kProjections, [&] { return torch::linear(o, params_.at("o_proj").to(o.scalar_type())); });
 }
 
 }  // namespace linac::model

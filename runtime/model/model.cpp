@@ -1,9 +1,11 @@
 #include "model/model.h"
 
 #include "model/attention_layer.h"
+#include "model/checkpoint.h"
 #include "model/layers.h"
 #include "model/linear_layer.h"
 #include "ops/linear_cross_entropy.h"
+#include "ops/profile_scope.h"
 
 #include <cmath>
 #include <optional>
@@ -12,6 +14,9 @@
 
 namespace linac::model {
 namespace {
+
+using ops::scope::profiled;
+namespace scope = ops::scope;
 
 /// A stage's output seen during a probed forward: label, parameter-name prefixes, output.
 using StageProbe = std::function<void(const std::string&, const std::vector<std::string>&, const torch::Tensor&)>;
@@ -60,12 +65,13 @@ public:
   /// labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
   torch::Tensor forward(const torch::Tensor& x, const StageProbe* probe = nullptr, int64_t index = 0,
                         const std::string& name = "") {
-    torch::Tensor n = rmsNorm(x, params_.at("attn_norm"));
+    torch::Tensor n = profiled(scope::kNorm, [&] { return rmsNorm(x, params_.at("attn_norm")); });
     torch::Tensor mixed = attention_ ? attention_->forward(n) : linear_->forward(n);  // [B, T, hidden]
     const std::string layer = "blocks." + std::to_string(index) + ".";
     if (probe) (*probe)("layer " + std::to_string(index) + " (" + name + " mixer)", {layer + "attn_norm", layer + "mixer."}, mixed);
     torch::Tensor h = x + mixed;
-    torch::Tensor mlp = swiglu(rmsNorm(h, params_.at("mlp_norm")), params_, "mlp");  // [B, T, hidden]
+    torch::Tensor m = profiled(scope::kNorm, [&] { return rmsNorm(h, params_.at("mlp_norm")); });
+    torch::Tensor mlp = profiled(scope::kMlp, [&] { return swiglu(m, params_, "mlp"); });  // [B, T, hidden]
     if (probe) (*probe)("layer " + std::to_string(index) + " (mlp)", {layer + "mlp"}, mlp);
     return h + mlp;
   }
@@ -115,14 +121,15 @@ HybridLMImpl::HybridLMImpl(const ModelConfig& config) : config_(config) {
 torch::Tensor HybridLMImpl::forward(const torch::Tensor& tokens) { return forwardProbed(tokens, nullptr); }
 
 torch::Tensor HybridLMImpl::forwardProbed(const torch::Tensor& tokens, const Probe* probe) {
-  torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
+  torch::Tensor x = profiled(scope::kEmbedding, [&] { return embed_->forward(tokens); });  // [B, T, hidden]
   if (probe) (*probe)("the embedding", {"embed."}, x);
   for (size_t i = 0; i < blocks_->size(); ++i)
-    x = blocks_->ptr(i)->as<BlockImpl>()->forward(x, probe, static_cast<int64_t>(i), layerNames_[i]);
-  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));  // [B, T, hidden]
+    x = probe ? blocks_->ptr(i)->as<BlockImpl>()->forward(x, probe, static_cast<int64_t>(i), layerNames_[i])
+              : forwardBlock(i, x);
+  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_.to(x.scalar_type())); });  // [B, T, hidden]
   if (probe) (*probe)("the final norm", {"final_norm"}, x);
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
-  torch::Tensor logits = torch::linear(x, w.to(x.scalar_type()));  // [B, T, vocab]
+  torch::Tensor logits = profiled(scope::kLmHeadLoss, [&] { return torch::linear(x, w.to(x.scalar_type())); });  // [B, T, vocab]
   if (probe) (*probe)("the logits", {head_ ? "head." : "embed."}, logits);
   return logits;
 }
@@ -192,11 +199,23 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
 }
 
 torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
-  for (size_t i = 0; i < blocks_->size(); ++i) x = blocks_->ptr(i)->as<BlockImpl>()->forward(x);
-  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));             // [B, T, hidden]
+  torch::Tensor x = profiled(scope::kEmbedding, [&] { return embed_->forward(tokens); });  // [B, T, hidden]
+  for (size_t i = 0; i < blocks_->size(); ++i) x = forwardBlock(i, x);
+  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_.to(x.scalar_type())); });  // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
-  return ops::linearCrossEntropy(x.reshape({-1, x.size(-1)}), w.to(x.scalar_type()), targets.reshape({-1}));
+  return profiled(scope::kLmHeadLoss, [&] {
+    return ops::linearCrossEntropy(x.reshape({-1, x.size(-1)}), w.to(x.scalar_type()), targets.reshape({-1}));
+  });
+}
+
+torch::Tensor HybridLMImpl::forwardBlock(size_t index, const torch::Tensor& x) {
+  BlockImpl* block = blocks_->ptr(index)->as<BlockImpl>();
+  if (!checkpointing_) return block->forward(x);
+  // In a scope: the block's own scopes take its parts, the rest (the recompute's bookkeeping in
+  // backward, the residual adds) is the checkpoint's.
+  return profiled(scope::kCheckpoint, [&] {
+    return checkpointed([block](const torch::Tensor& input) { return block->forward(input); }, x, block->parameters());
+  });
 }
 
 int64_t HybridLMImpl::parameterCount() const {

@@ -60,6 +60,11 @@ public:
   /// only: call it under torch::NoGradGuard.
   torch::Tensor forwardCached(const torch::Tensor& tokens, ModelCache& cache);
   int64_t parameterCount() const;
+  /// Activation checkpointing per block (`linac train --checkpointing`; model/checkpoint.h): with
+  /// gradients on, forward() and loss() keep each block's input only and recompute the block's
+  /// forward in the backward pass; the values and gradients are those without it.
+  void setCheckpointing(bool enabled) { checkpointing_ = enabled; }
+  bool checkpointing() const { return checkpointing_; }
   /// One entry per layer: the linear spec's name or the attention spec's name.
   const std::vector<std::string>& layerNames() const { return layerNames_; }
 
@@ -69,6 +74,8 @@ private:
   using Probe = std::function<void(const std::string& label, const std::vector<std::string>& params,
                                    const torch::Tensor& output)>;
   torch::Tensor forwardProbed(const torch::Tensor& tokens, const Probe* probe);
+  /// Block `index` on x [B, T, hidden], checkpointed when checkpointing is on.
+  torch::Tensor forwardBlock(size_t index, const torch::Tensor& x);
 
   ModelConfig config_;
   std::vector<std::string> layerNames_;
@@ -76,6 +83,7 @@ private:
   torch::nn::ModuleList blocks_{nullptr};
   torch::nn::Linear head_{nullptr};
   torch::Tensor finalNormWeight_;
+  bool checkpointing_ = false;
 };
 TORCH_MODULE(HybridLM);
 

@@ -1,5 +1,6 @@
 #include "prologue/fused_recurrence.h"
 
+#include "ops/profile_scope.h"
 #include "ops/recurrence_ops.h"
 #include "prologue/map_op.h"
 #ifdef LINAC_HAVE_CUDA
@@ -341,17 +342,20 @@ std::pair<torch::Tensor, torch::Tensor> fusedRecurrence(const runtime::VariantKe
       return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
     };
     // As a TensorList, so autograd gives each operand an edge (a std::vector would be opaque).
-    const variable_list out = FusedFunction::apply(at::TensorList(tensors), optional(options.h0),
-                                                   optional(options.cuSeqlens), &variant, names,
-                                                   &options);
+    const variable_list out = ops::scope::profiled(ops::scope::kMixerKernel, [&] {
+      return FusedFunction::apply(at::TensorList(tensors), optional(options.h0), optional(options.cuSeqlens),
+                                  &variant, names, &options);
+    });
     return {out[0], options.outputFinalState ? out[1] : torch::Tensor()};
   }
 #endif
-  const ops::RecurrenceInputs roles = composeRoles(variant, operands, d);
+  const ops::RecurrenceInputs roles =
+      ops::scope::profiled(ops::scope::kPrologueEpilogue, [&] { return composeRoles(variant, operands, d); });
   ops::RecurrenceOptions opt{variant.kind, options.scale, options.chunk, options.outputFinalState};
-  return ops::recurrence({roles.q, roles.k, roles.v, roles.g, roles.beta, roles.u, options.h0,
-                          options.cuSeqlens},
-                         opt);
+  return ops::scope::profiled(ops::scope::kMixerKernel, [&] {
+    return ops::recurrence({roles.q, roles.k, roles.v, roles.g, roles.beta, roles.u, options.h0, options.cuSeqlens},
+                           opt);
+  });
 }
 
 }  // namespace linac::prologue

@@ -9,6 +9,8 @@
 namespace linac::trainer::detail {
 namespace {
 
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
 // JSON has no NaN or infinity: they are written as null.
 nlohmann::ordered_json number(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
 
@@ -48,6 +50,8 @@ void MetricsWriter::write(const StepStats& s) {
   j["grad_norm"] = number(s.gradNorm);
   j["tokens_per_s"] = number(s.tokensPerS);
   j["elapsed"] = number(s.elapsedS);
+  if (s.peakAllocatedBytes)
+    j["peak_allocated_bytes"] = *s.peakAllocatedBytes;
   out_->append(jsonLine(j));
 }
 
@@ -98,7 +102,12 @@ std::string progressLine(const StepStats& s, int64_t totalSteps, double etaS) {
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.3f | lr %.1e | %s tok/s | ETA %s",
                 static_cast<long long>(s.step), static_cast<long long>(totalSteps), s.loss, s.lr, rate,
                 formatDuration(etaS).c_str());
-  return buf;
+  std::string line = buf;
+  if (s.peakAllocatedBytes) {
+    std::snprintf(buf, sizeof buf, " | peak %.2f GiB", static_cast<double>(*s.peakAllocatedBytes) / kBytesPerGiB);
+    line += buf;
+  }
+  return line;
 }
 
 }  // namespace linac::trainer::detail

@@ -11,7 +11,7 @@
 namespace linac::trainer::detail {
 
 /// Appends metrics lines. Train lines: {"step","loss","lr","grad_norm","tokens_per_s",
-/// "elapsed"}; eval lines: {"step","eval_loss","eval_ppl","elapsed"}, plus "eval_accuracy" and
+/// "elapsed"}, plus "peak_allocated_bytes" on a CUDA device; eval lines: {"step","eval_loss","eval_ppl","elapsed"}, plus "eval_accuracy" and
 /// "eval_targets" for explicit-target evaluations (MQAR); the line of a run stopped by a
 /// non-finite loss: {"step","error"}. Non-finite numbers are written as null (JSON has no NaN).
 class MetricsWriter {
@@ -30,7 +30,8 @@ private:
   std::optional<AppendFile> out_;
 };
 
-/// "step 120/1000 | loss 2.341 | lr 2.9e-04 | 5.1k tok/s | ETA 3m12s"
+/// "step 120/1000 | loss 2.341 | lr 2.9e-04 | 5.1k tok/s | ETA 3m12s", plus " | peak 3.21 GiB"
+/// where the peak allocated memory is known
 std::string progressLine(const StepStats& stats, int64_t totalSteps, double etaS);
 /// "3m12s", "1h05m", "42s"
 std::string formatDuration(double seconds);

@@ -50,7 +50,7 @@ std::string holderPid(int fd) {
 // ----- what belongs to a run --------------------------------------------------------------
 
 const std::set<std::string>& trainerEntries() {
-  static const std::set<std::string> names = {"lock", "config.json", "metrics.jsonl", "latest"};
+  static const std::set<std::string> names = {"lock", "config.json", "metrics.jsonl", "latest", "profile"};
   return names;
 }
 

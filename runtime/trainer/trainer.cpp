@@ -1,11 +1,14 @@
 // The training loop: steps, evaluation, checkpoints, stop requests.
 #include "trainer/trainer.h"
 
+#include "ops/profile_scope.h"
 #include "trainer/checkpoint.h"
+#include "trainer/device_memory.h"
 #include "trainer/file_io.h"
 #include "trainer/grad_clip.h"
 #include "trainer/metrics.h"
 #include "trainer/run_dir.h"
+#include "trainer/step_profile.h"
 
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
@@ -101,6 +104,9 @@ private:
 
 using Clock = std::chrono::steady_clock;
 
+/// Kernels (ops on the CPU) listed under a profile's table.
+constexpr size_t kProfileTopEntries = 15;
+
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -182,7 +188,7 @@ void Trainer::trainStep(int64_t step) {
   const double lr = learningRate(config_, step);
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  optimizer_->zero_grad(/*set_to_none=*/true);
+  ops::scope::profiled(ops::scope::kOptimizer, [&] { optimizer_->zero_grad(/*set_to_none=*/true); });
 
   const bool autocast = config_.autocast && config_.device.is_cuda();
   PendingStep pending;
@@ -207,8 +213,10 @@ void Trainer::trainStep(int64_t step) {
       }
       // The loss in fp32 whatever the autocast dtype: log-softmax over a large vocabulary in bf16
       // loses the small probabilities the gradient depends on.
-      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                                                  targets.reshape({-1}));
+      loss = ops::scope::profiled(ops::scope::kLmHeadLoss, [&] {
+        return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
+                                                    targets.reshape({-1}));
+      });
     }
     if (hooks_.beforeBackward)
       hooks_.beforeBackward(micro + 1 == config_.accumulation);
@@ -228,17 +236,19 @@ void Trainer::trainStep(int64_t step) {
   }
 
   // clip_grad_norm_'s rule with the norm left on the device; an infinite max norm only measures it.
-  const double maxNorm = config_.gradClip > 0 ? config_.gradClip : std::numeric_limits<double>::infinity();
-  std::vector<torch::Tensor> params;
-  for (const auto& group : optimizer_->param_groups())
-    params.insert(params.end(), group.params().begin(), group.params().end());
-  const torch::Tensor gradNorm = clipGradNorm(params, maxNorm);  // []
-  pending.values = torch::cat({lossSum.reshape({1}), gradNorm.to(torch::kFloat64).reshape({1}), micro});
+  ops::scope::profiled(ops::scope::kOptimizer, [&] {
+    const double maxNorm = config_.gradClip > 0 ? config_.gradClip : std::numeric_limits<double>::infinity();
+    std::vector<torch::Tensor> params;
+    for (const auto& group : optimizer_->param_groups())
+      params.insert(params.end(), group.params().begin(), group.params().end());
+    const torch::Tensor gradNorm = clipGradNorm(params, maxNorm);  // []
+    pending.values = torch::cat({lossSum.reshape({1}), gradNorm.to(torch::kFloat64).reshape({1}), micro});
 
-  // From the first non-finite loss or gradient norm on, every update is skipped on the device.
-  const torch::Tensor bad = pending.values.slice(0, 0, 2).isfinite().all().logical_not().to(torch::kFloat32);
-  nonFinite_ = torch::maximum(nonFinite_, bad);
-  optimizer_->stepUnless(nonFinite_);
+    // From the first non-finite loss or gradient norm on, every update is skipped on the device.
+    const torch::Tensor bad = pending.values.slice(0, 0, 2).isfinite().all().logical_not().to(torch::kFloat32);
+    nonFinite_ = torch::maximum(nonFinite_, bad);
+    optimizer_->stepUnless(nonFinite_);
+  });
   pending_.push_back(std::move(pending));
 }
 
@@ -397,6 +407,13 @@ TrainResult Trainer::run() {
     torch::manual_seed(config_.seed);
   }
   result.step = result.resumedFrom = start;
+  // --profile: the steps [profileFirst, profileLast], after a warm-up.
+  const int64_t profileFirst = start + kProfileWarmupSteps + 1;
+  const int64_t profileLast = profileFirst + config_.profileSteps - 1;
+  if (config_.profileSteps > 0 && start < config_.steps && profileLast > config_.steps)
+    throw TrainError("profiling " + std::to_string(config_.profileSteps) + " steps after " +
+                     std::to_string(kProfileWarmupSteps) + " warm-up steps needs steps >= " +
+                     std::to_string(profileLast) + ", got " + std::to_string(config_.steps));
   if (start >= config_.steps) {
     if (progress_)
       *progress_ << "the run in " << config_.outDir << " is complete at step " << start
@@ -427,9 +444,13 @@ TrainResult Trainer::run() {
   const Clock::time_point runStart = Clock::now();
   double intervalTrainS = 0;
   int64_t intervalSteps = 0;
+  resetPeakAllocated(config_.device);
+  std::optional<StepProfiler> profiler;
 
   try {
     for (int64_t step = start + 1; step <= config_.steps; ++step) {
+      if (logging && config_.profileSteps > 0 && step == profileFirst)
+        profiler.emplace(config_.device);
       const Clock::time_point stepStart = Clock::now();
       StepStats stats;
       stats.step = step;
@@ -475,8 +496,21 @@ TrainResult Trainer::run() {
       result.step = step;
       if (read)
         result.lastLoss = stats.loss;
+      if (profiler && step == profileLast) {
+        const std::string dir = config_.outDir + "/profile";
+        detail::makeDirectories(dir);
+        const StepProfile profile = profiler->finish(dir + "/trace.json", config_.profileSteps, kProfileTopEntries);
+        profiler.reset();
+        const std::string table = "steps " + std::to_string(profileFirst) + "-" + std::to_string(profileLast) +
+                                  " (trace " + dir + "/trace.json)\n" + profile.table();
+        detail::writeFileAtomically(dir + "/table.txt", table);
+        if (progress_)
+          *progress_ << table << std::flush;
+      }
 
       if (logging && (step % config_.logEvery == 0 || last || stopping)) {
+        stats.peakAllocatedBytes = peakAllocatedBytes(config_.device);
+        resetPeakAllocated(config_.device);
         metrics->write(stats);
         if (progress_) {
           double perStep = stats.elapsedS / static_cast<double>(step - start);

@@ -82,6 +82,11 @@ struct TrainConfig {
   bool overwrite = false;      // a fresh start may replace the run in outDir (run_dir.h)
   bool acceptChanges = false;  // a resume may change lr, warmup, seed, data... (run_dir.h)
   torch::Device device = torch::kCPU;
+  /// Profile this many optimizer steps after kProfileWarmupSteps more (trainer/step_profile.h):
+  /// outDir/profile/trace.json (a Chrome trace) and outDir/profile/table.txt (the step's time by
+  /// category, also printed); 0 = no profile. How a run is observed, not part of its record
+  /// (config.json, checkpoints).
+  int64_t profileSteps = 0;
 };
 
 /// The config as one line of JSON (written to outDir/config.json and into each checkpoint).
@@ -114,6 +119,10 @@ struct StepStats {
   double gradNorm = 0;    // global L2 norm before clipping
   double tokensPerS = 0;  // over the steps since the previous report
   double elapsedS = 0;    // wall time since this process started training
+  /// The device memory allocated at its peak since the previous report (a CUDA device's caching
+  /// allocator: trainer/device_memory.h); set at the steps that write a metrics line, never on
+  /// the CPU.
+  std::optional<int64_t> peakAllocatedBytes;
 };
 
 struct EvalStats {

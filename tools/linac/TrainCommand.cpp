@@ -130,8 +130,8 @@ int runTrain(int argc, char** argv) {
                         {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
                          "lr", "warmup", "out", "device", "seed", "eval-every", "eval-batches", "log-every",
                          "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs", "fused-loss",
-                         "data-dtype"},
-                        {"resume", "overwrite", "accept-changes", "no-overlap"});
+                         "data-dtype", "profile"},
+                        {"resume", "overwrite", "accept-changes", "no-overlap", "checkpointing"});
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
   const int64_t nproc = args.getInt("nproc", 1);
@@ -240,6 +240,9 @@ int runTrain(int argc, char** argv) {
   if (tc.steps < 1 || tc.batch < 1 || tc.seqLen < 2 || tc.accumulation < 1)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
   if (tc.evalBatches < 0) throw UsageError("--eval-batches must be >= 0 (0: all held-out windows)");
+  // --profile N: N steps after the warm-up, into RUN_DIR/profile (trainer/step_profile.h).
+  tc.profileSteps = args.getInt("profile", 0);
+  if (tc.profileSteps < 0) throw UsageError("--profile must be >= 0 (steps to profile; 0: none)");
   const std::string fusedLoss = args.get("fused-loss", "on");
   if (fusedLoss != "on" && fusedLoss != "off")
     throw UsageError("--fused-loss must be on or off, got '" + fusedLoss + "'");
@@ -294,6 +297,7 @@ int runTrain(int argc, char** argv) {
   torch::manual_seed(tc.seed);
   model::HybridLM lm(mc);
   lm->to(tc.device);
+  lm->setCheckpointing(args.has("checkpointing"));  // recompute each block in backward (model/checkpoint.h)
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (dist) {
     rank = dist->rank;
@@ -305,7 +309,8 @@ int runTrain(int argc, char** argv) {
   }
 #endif
   std::cout << "linac train " << mc.linear.name << " | schedule " << mc.schedule.text << " | preset "
-            << mc.preset.name << " | " << lm->parameterCount() << " parameters | device " << device << "\n";
+            << mc.preset.name << " | " << lm->parameterCount() << " parameters | device " << device
+            << (lm->checkpointing() ? " | activation checkpointing per block" : "") << "\n";
   std::cout << "layers:";
   for (const auto& n : lm->layerNames()) std::cout << " " << n;
   if (mqarTask)

@@ -28,7 +28,7 @@ void printUsage(std::ostream& os) {
         "  train SPEC [--schedule 3:1] [--preset tiny|340m|1.3b] [--data PATH] [--steps N] [--out DIR]\n"
         "             [--resume] [--batch B] [--seq-len T] [--lr X] [--device cpu|cuda] [--nproc N]\n"
         "             [--no-overlap] [--task lm|mqar] [--mqar-pairs N] [--fused-loss on|off]\n"
-        "             [--tokenizer byte|SPM.model] [--data-dtype uint16|uint32]\n"
+        "             [--tokenizer byte|SPM.model] [--data-dtype uint16|uint32] [--checkpointing] [--profile N]\n"
         "                       build the hybrid model and train it (embedded corpus by default)\n"
         "  eval CHECKPOINT [--tasks ppl,mqar,ruler,arc_easy,...] [--data PATH] [--mqar-pairs 2,4,8]\n"
         "              [--context 1024,2048,4096] [--examples N] [--haystack FILE] [--task-dir DIR]\n"

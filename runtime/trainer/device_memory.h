@@ -1,0 +1,20 @@
+// The device memory a training step takes at its peak, from the device's caching allocator
+// (c10::DeviceAllocator, the interface CUDA's caching allocator implements): nothing here names
+// CUDA, so the trainer builds and runs the same without a CUDA toolkit.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace linac::trainer {
+
+/// The most bytes the allocator of `device` had allocated at once since the last
+/// resetPeakAllocated (or the start); nullopt on the CPU, which has no such allocator.
+std::optional<int64_t> peakAllocatedBytes(const torch::Device& device);
+
+/// Starts a new peak at the bytes allocated now; nothing on the CPU.
+void resetPeakAllocated(const torch::Device& device);
+
+}  // namespace linac::trainer
