@@ -71,11 +71,15 @@ def help_lists_flags(work):
             m = re.match(r"^  (?:-\w,)?(--[a-z][a-z0-9-]*)(.*)$", line)
             if not m:
                 continue
-            parts = re.match(r"^((?: ?\S+)*)\s{2,}(\S.*)$", m.group(2))
-            if parts:
-                listed[m.group(1)] = (parts.group(1).strip(), parts.group(2))
+            rest = m.group(2)
+            if rest.startswith("  "):  # a flag without a value: the description follows
+                listed[m.group(1)] = ("", rest.strip())
+                continue
+            parts = re.split(r"\s{2,}", rest.strip(), maxsplit=1)
+            if len(parts) == 2:
+                listed[m.group(1)] = (parts[0], parts[1])
             else:  # a long type and default: the description is on the next line
-                listed[m.group(1)] = (m.group(2).strip(), lines[i + 1].strip() if i + 1 < len(lines) else "")
+                listed[m.group(1)] = (parts[0], lines[i + 1].strip() if i + 1 < len(lines) else "")
         missing = [f for f in flags if f not in listed]
         assert not missing, f"linac {command} --help does not list {missing}:\n{text}"
         unexpected = [f for f in listed if f not in flags and f != "--help"]

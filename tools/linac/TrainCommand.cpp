@@ -4,7 +4,9 @@
 // unigram baseline (lm) and MQAR recall. The run directory (--out) belongs to one run: a fresh
 // start needs it empty (or --overwrite); `--resume` continues it from the copies of its inputs
 // and its stored config, each flag given on the command line checked against them
-// (trainer/run_dir.h). Exit codes: 0 done, 1 failed, 2 usage or refused, 128 + signal stopped.
+// (trainer/run_dir.h). Flags may come from `--config FILE` (YamlConfig.h; the command line wins),
+// and every flag's effective value is written to the run's config.yaml at each start, after the
+// `linac --version` line. Exit codes: 0 done, 1 failed, 2 usage or refused, 128 + signal stopped.
 #include "Commands.h"
 #include "KernelLookup.h"
 #include "Version.h"
@@ -285,12 +287,34 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
 #else
   const bool master = true;
 #endif
+  // config.yaml: every flag's effective value at this start (applyYamlConfig reads it back).
+  std::map<std::string, std::optional<std::string>> effective = {
+      {"spec", in.spec}, {"schedule", in.schedule}, {"preset", in.preset}, {"steps", std::to_string(tc.steps)},
+      {"batch", std::to_string(tc.batch)}, {"seq-len", std::to_string(tc.seqLen)},
+      {"accumulation", std::to_string(tc.accumulation)}, {"lr", numberText(tc.lr)},
+      {"warmup", std::to_string(tc.warmupSteps)}, {"eval-every", std::to_string(tc.evalEvery)},
+      {"eval-batches", std::to_string(tc.evalBatches)}, {"log-every", std::to_string(tc.logEvery)},
+      {"checkpoint-every", std::to_string(tc.checkpointEvery)}, {"seed", std::to_string(tc.seed)},
+      {"out", tc.outDir}, {"device", device}, {"specs-dir", specsDir}, {"nproc", std::to_string(nproc)},
+      {"task", task}, {"fused-loss", fusedLoss}};
+  effective["data"] = dataPath.empty() ? std::nullopt : std::optional(dataPath);
+  effective["data-dtype"] = dataDtype.empty() ? std::nullopt : std::optional(dataDtype);
+  effective["tokenizer"] = mqarTask ? std::nullopt : std::optional(in.tokenizer);
+  effective["mqar-pairs"] = mqarTask ? std::optional(std::to_string(mqarPairs)) : std::nullopt;
+  std::vector<trainer::RunFile> runFiles = run.files;
+  trainer::RunFile config{"config.yaml",
+                          resolvedConfigYaml(app, effective,
+                                             versionText() + "\nthe flags of this run's latest start, each with the "
+                                             "value it took; `linac train --config` reads this file"),
+                          false};
+  config.everyStart = true;
+  runFiles.push_back(std::move(config));
   // The run directory is locked and checked before the data is read and the model built; the
   // trainer checks again under the same lock before it writes anything.
   std::optional<trainer::RunLock> lock;
   if (master) {
     lock.emplace(tc.outDir);
-    refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, run.files); });
+    refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, runFiles); });
   }
   requireKernels(mc.linear, in.spec);  // may compile the spec: after the checks
 
@@ -399,28 +423,6 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   }
 #endif
   trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
-  // config.yaml: every flag's effective value at this start (applyYamlConfig reads it back).
-  std::map<std::string, std::optional<std::string>> effective = {
-      {"spec", in.spec}, {"schedule", in.schedule}, {"preset", in.preset}, {"steps", std::to_string(tc.steps)},
-      {"batch", std::to_string(tc.batch)}, {"seq-len", std::to_string(tc.seqLen)},
-      {"accumulation", std::to_string(tc.accumulation)}, {"lr", numberText(tc.lr)},
-      {"warmup", std::to_string(tc.warmupSteps)}, {"eval-every", std::to_string(tc.evalEvery)},
-      {"eval-batches", std::to_string(tc.evalBatches)}, {"log-every", std::to_string(tc.logEvery)},
-      {"checkpoint-every", std::to_string(tc.checkpointEvery)}, {"seed", std::to_string(tc.seed)},
-      {"out", tc.outDir}, {"device", device}, {"specs-dir", specsDir}, {"nproc", std::to_string(nproc)},
-      {"task", task}, {"fused-loss", fusedLoss}};
-  effective["data"] = dataPath.empty() ? std::nullopt : std::optional(dataPath);
-  effective["data-dtype"] = dataDtype.empty() ? std::nullopt : std::optional(dataDtype);
-  effective["tokenizer"] = mqarTask ? std::nullopt : std::optional(in.tokenizer);
-  effective["mqar-pairs"] = mqarTask ? std::optional(std::to_string(mqarPairs)) : std::nullopt;
-  std::vector<trainer::RunFile> runFiles = run.files;
-  trainer::RunFile config{"config.yaml",
-                          resolvedConfigYaml(app, effective,
-                                             versionText() + "\nthe flags of this run's latest start, each with the "
-                                             "value it took; `linac train --config` reads this file"),
-                          false};
-  config.everyStart = true;
-  runFiles.push_back(std::move(config));
   t.setRunFiles(runFiles);
   // The LM head and the loss in chunks of tokens (never the [tokens, vocab] logits), unless
   // --fused-loss off: the logits, then cross_entropy.

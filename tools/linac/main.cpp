@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
                 "linac"};
   root.footer(footer());
   root.require_subcommand(0, 1);
+  // A flag given twice: the last value wins (a script appending flags overrides earlier ones).
+  root.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   root.set_version_flag("--version", linac::cli::versionText(), "the version, the commit it was built from, the build's options");
   std::vector<Command> commands = {
       linac::cli::addCompileCommand(root), linac::cli::addEmitCommand(root),     linac::cli::addVerifyCommand(root),
