@@ -8,6 +8,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ python3-pip
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libyaml-cpp-dev libfmt-dev libgtest-dev nlohmann-json3-dev libsentencepiece-dev
+  libcli11-dev  # the `linac` command line (header-only)
   libgloo-dev  # headers c10d's ProcessGroupGloo includes (the torch wheel has Gloo built in)
 )
 TORCH_VERSION=2.11.0

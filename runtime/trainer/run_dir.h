@@ -1,6 +1,7 @@
 // The run directory (TrainConfig::outDir) belongs to one run:
 //   lock                  flock'd by the process training in it, which writes its PID there
 //   model.json, inputs/   the caller's run files (RunFile): what is trained, copies of its inputs
+//   config.yaml           (`linac train`'s run file) every flag's value at the latest start
 //   config.json           the TrainConfig of the latest start
 //   metrics.jsonl         one JSON object per logged step / evaluation
 //   ckpt-<step>.pt        checkpoints (the newest keepCheckpoints), each with its manifest

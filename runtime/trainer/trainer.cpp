@@ -427,6 +427,9 @@ TrainResult Trainer::run() {
     if (!from)
       detail::prepareFreshStart(config_.outDir, runFiles_);
     detail::removeStaleTemporaries(config_.outDir, runFiles_);
+    for (const auto& f : runFiles_)  // a fresh start wrote them all
+      if (from && f.everyStart)
+        detail::writeFileAtomically(config_.outDir + "/" + f.name, f.contents);
     detail::writeFileAtomically(config_.outDir + "/config.json",
                                 nlohmann::ordered_json::parse(configToJson(config_)).dump(2) + "\n");
     metrics.emplace(config_.outDir + "/metrics.jsonl", from ? start : -1);

@@ -194,8 +194,11 @@ struct RunFile {
   std::string contents;
   /// Part of the run's identity: on resume the stored file must equal `contents` (a JSON object
   /// field by field, ignoring fields named "source": where an input was read from may change,
-  /// what it says may not). The other run files are written on a fresh start only.
+  /// what it says may not). The other run files are written on a fresh start only, unless
+  /// everyStart.
   bool identity = false;
+  /// Rewritten at every start, a resumed one too (what this start was asked to do).
+  bool everyStart = false;
 };
 
 class Trainer {

@@ -84,7 +84,7 @@ def run_files(work):
 def bench_json(work):
     folder, spec = awkward_spec(work)
     path = os.path.join(folder, "bench \u2713.jsonl")
-    linac("bench", spec, "--backend", "cpu", "--dtype", "fp32", "--shape", "1,32,2,16", "--iters", "1",
+    linac("bench", spec, "--device", "cpu", "--dtype", "fp32", "--shape", "1,32,2,16", "--iters", "1",
           "--warmup", "0", "--json", path)
     lines = load_lines(path)
     assert {line["op"] for line in lines} >= {"fwd", "fwd+bwd", "step"}, lines

@@ -1,20 +1,24 @@
-// Entry points of the `linac` subcommands; each returns the process exit code and throws
-// UsageError / spec::SpecError / std::exception for main() to report.
+// The `linac` subcommands: each add<Name>Command (in <Name>Command.cpp) adds the subcommand with
+// its options to `root` and returns how to run it (Cli.h). Which ones can run depends on the
+// build: the compiler needs MLIR, the runtime commands LibTorch (without them, stand-ins that say
+// why: CompilerUnavailable.cpp, RuntimeUnavailable.cpp).
 #pragma once
+
+#include "Cli.h"
 
 namespace linac::cli {
 
 bool compilerAvailable();
-int runCompile(int argc, char** argv);
-int runEmit(int argc, char** argv);
+Command addCompileCommand(CLI::App& root);
+Command addEmitCommand(CLI::App& root);
 
 bool runtimeAvailable();
-int runVerify(int argc, char** argv);
-int runBench(int argc, char** argv);
-int runTrain(int argc, char** argv);
-int runEval(int argc, char** argv);
-int runGenerate(int argc, char** argv);
-int runMemory(int argc, char** argv);
-int runSweep(int argc, char** argv);
+Command addVerifyCommand(CLI::App& root);
+Command addBenchCommand(CLI::App& root);
+Command addTrainCommand(CLI::App& root);
+Command addEvalCommand(CLI::App& root);
+Command addGenerateCommand(CLI::App& root);
+Command addMemoryCommand(CLI::App& root);
+Command addSweepCommand(CLI::App& root);
 
 }  // namespace linac::cli

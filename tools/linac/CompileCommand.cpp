@@ -1,32 +1,29 @@
 // `linac compile`: print one pipeline stage, write generated/<variant>/, or check generated/.
-#include "Args.h"
 #include "Commands.h"
 
 #include "linac/Pipeline/Compile.h"
 
 #include <iostream>
+#include <memory>
 
 namespace linac::cli {
+namespace {
 
-bool compilerAvailable() { return true; }
-
-int runCompile(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2, {"emit", "schedule", "preset", "out", "target", "specs-dir"},
-                        {"check"});
+struct CompileFlags {
+  std::string spec;
+  std::string emit;
+  std::string out = LINAC_SOURCE_DIR "/generated";
+  bool check = false;
   pipeline::CompileOptions options;
-  options.specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
-  options.schedule = args.get("schedule", options.schedule);
-  options.preset = args.get("preset", options.preset);
-  options.target = args.get("target", options.target);
-  if (options.target != "cuda" && options.target != "cpu")
-    throw UsageError("--target must be 'cuda' or 'cpu', got '" + options.target + "'");
+};
 
-  if (args.has("check")) {
-    if (!args.positional.empty()) throw UsageError("--check takes no spec");
-    std::string generatedDir = args.get("out", LINAC_SOURCE_DIR "/generated");
-    auto diffs = pipeline::checkGenerated(options.specsDir, generatedDir);
+int runCompile(const CLI::App& app, CompileFlags& f) {
+  pipeline::CompileOptions& options = f.options;
+  if (f.check) {
+    if (!f.spec.empty()) throw UsageError("--check takes no spec");
+    auto diffs = pipeline::checkGenerated(options.specsDir, f.out);
     if (diffs.empty()) {
-      std::cout << "linac compile --check: " << generatedDir << " is up to date\n";
+      std::cout << "linac compile --check: " << f.out << " is up to date\n";
       return 0;
     }
     for (const auto& d : diffs) std::cerr << d << "\n";
@@ -34,24 +31,47 @@ int runCompile(int argc, char** argv) {
               << "  for s in specs/*.yaml; do linac compile \"$s\" --out generated; done\n";
     return 1;
   }
-
-  if (args.positional.size() != 1) throw UsageError("expected exactly one SPEC file");
-  options.specPath = args.positional[0];
-  if (args.has("emit")) {
+  if (f.spec.empty()) throw UsageError("expected a SPEC file (or --check)");
+  options.specPath = f.spec;
+  if (given(app, "emit")) {
     pipeline::Stage stage;
     try {
-      stage = pipeline::parseStage(args.get("emit", ""));
+      stage = pipeline::parseStage(f.emit);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
     std::cout << pipeline::dumpStage(options, stage);
     return 0;
   }
-  std::string out = args.get("out", LINAC_SOURCE_DIR "/generated");
   pipeline::FileSet files = pipeline::generate(options);
-  pipeline::writeFiles(files, out);
-  for (const auto& [path, _] : files) std::cout << "wrote " << out << "/" << path << "\n";
+  pipeline::writeFiles(files, f.out);
+  for (const auto& [path, _] : files) std::cout << "wrote " << f.out << "/" << path << "\n";
   return 0;
+}
+
+}  // namespace
+
+bool compilerAvailable() { return true; }
+
+Command addCompileCommand(CLI::App& root) {
+  auto f = std::make_shared<CompileFlags>();
+  f->options.specsDir = LINAC_SOURCE_DIR "/specs";
+  CLI::App* app = root.add_subcommand("compile", "compile a spec: print a stage (--emit) or write generated/<variant>/");
+  app->add_option("SPEC", f->spec, "the variant spec (YAML)");
+  app->add_option("--emit", f->emit, "print this stage instead of writing files: spec, ir, ir-opt or cpp");
+  app->add_option("--schedule", f->options.schedule, "the model schedule shown in the IR (3:1, pure, transformer, a file)")
+      ->capture_default_str();
+  app->add_option("--preset", f->options.preset, "the preset that resolves the sizes (tiny, 340m, 1.3b or a file)")
+      ->capture_default_str();
+  app->add_option("--target", f->options.target, "the target whose tile choices are made")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+  app->add_option("--out", f->out, "where generated/<variant>/ is written (with --check: the folder checked)")
+      ->capture_default_str();
+  app->add_option("--specs-dir", f->options.specsDir, "where presets/ and attention.yaml are found")
+      ->capture_default_str();
+  app->add_flag("--check", f->check, "regenerate every spec and diff with generated/");
+  return {app, [app, f](const std::vector<std::string>&) { return runCompile(*app, *f); }};
 }
 
 }  // namespace linac::cli

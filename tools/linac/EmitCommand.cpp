@@ -2,7 +2,6 @@
 // specs' kernels with a C API and a CMake package (EmitPackage.h). The generated code comes from
 // generated/<variant>/ when it was generated from this version of the spec, else (in a build
 // with the compiler) from compiling the spec now.
-#include "Args.h"
 #include "Commands.h"
 #include "EmitPackage.h"
 
@@ -15,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 namespace linac::cli {
@@ -23,10 +23,11 @@ namespace {
 /// The version of the emitted package's C API and CMake package (SameMajorVersion compatible).
 constexpr const char* kPackageVersion = "0.1.0";
 
-constexpr const char* kUsage =
-    "usage: linac emit SPEC... --out DIR [--backends cpu,cuda]\n"
-    "  writes a source package of the specs' kernels: a shared library with a C API\n"
-    "  (include/linac_kernels.h) and a CMake package (find_package(linac_kernels) -> linac::kernels)\n";
+struct EmitFlags {
+  std::vector<std::string> specs;
+  std::string out;
+  std::string backends = "cpu";
+};
 
 std::string readFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,8 +40,7 @@ std::string readFile(const std::filesystem::path& path) {
 /// Parses --backends: cpu is always built; cuda adds the CUDA sources.
 bool wantsCuda(const std::string& backends) {
   bool cuda = false;
-  std::stringstream list(backends);
-  for (std::string item; std::getline(list, item, ',');) {
+  for (const std::string& item : splitList(backends, ',', "--backends")) {
     if (item == "cuda") cuda = true;
     else if (item != "cpu")
       throw UsageError("--backends takes a comma-separated list of cpu and cuda, got '" + item + "'");
@@ -78,24 +78,15 @@ PackagedVariant variantSources(const std::string& specPath) {
   return {parseManifest(manifest, specPath + " (manifest)"), header};
 }
 
-}  // namespace
-
-int runEmit(int argc, char** argv) {
-  const Args args = parseArgs(argc, argv, 2, {"out", "backends"}, {"help"});
-  if (args.has("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args.positional.empty()) throw UsageError(std::string("no spec given\n") + kUsage);
-  if (!args.values.count("out")) throw UsageError(std::string("--out DIR is required\n") + kUsage);
+int runEmit(const EmitFlags& f) {
   PackageOptions options;
-  options.outDir = args.get("out", "");
+  options.outDir = f.out;
   options.runtimeDir = LINAC_SOURCE_DIR "/runtime";
-  options.cuda = wantsCuda(args.get("backends", "cpu"));
+  options.cuda = wantsCuda(f.backends);
   options.version = kPackageVersion;
 
   std::vector<PackagedVariant> variants;
-  for (const std::string& specPath : args.positional) {
+  for (const std::string& specPath : f.specs) {
     PackagedVariant v = variantSources(specPath);
     for (const PackagedVariant& earlier : variants)
       if (earlier.api.name == v.api.name)
@@ -107,6 +98,20 @@ int runEmit(int argc, char** argv) {
             << (options.cuda ? ",cuda" : "") << "; build with `cmake -S " << options.outDir
             << " -B build && cmake --build build && cmake --install build --prefix PREFIX`\n";
   return 0;
+}
+
+}  // namespace
+
+Command addEmitCommand(CLI::App& root) {
+  auto f = std::make_shared<EmitFlags>();
+  CLI::App* app = root.add_subcommand(
+      "emit", "a source package of the specs' kernels: a shared library with a C API (include/linac_kernels.h) "
+              "and a CMake package (find_package(linac_kernels) -> linac::kernels)");
+  app->add_option("SPEC", f->specs, "the linear variant specs (YAML) whose kernels are packaged")->required();
+  app->add_option("--out", f->out, "the package folder to write")->required();
+  app->add_option("--backends", f->backends, "comma-separated: cpu (always built) and cuda (adds the CUDA sources)")
+      ->capture_default_str();
+  return {app, [f](const std::vector<std::string>&) { return runEmit(*f); }};
 }
 
 }  // namespace linac::cli

@@ -4,7 +4,6 @@
 // inputs (eval/run_model.h), not from the original spec files; a run directory evaluates its
 // newest intact checkpoint (a damaged one is skipped, saying so), a named checkpoint must be
 // intact. Every result is also appended, as one JSON line, to the run directory's eval.jsonl.
-#include "Args.h"
 #include "Commands.h"
 #include "EvalTasks.h"
 #include "KernelLookup.h"
@@ -24,6 +23,7 @@
 #include <iomanip>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 
 namespace linac::cli {
@@ -31,51 +31,40 @@ namespace {
 
 constexpr int64_t kEvalBatch = 8;
 
-std::vector<int64_t> parseList(const std::string& text, const std::string& flag) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    try {
-      out.push_back(std::stoll(part));
-    } catch (const std::exception&) {
-      throw UsageError("--" + flag + ": '" + part + "' is not an integer");
-    }
-  }
-  return out;
+struct EvalFlags {
+  std::string run;
+  std::string tasks = "ppl,mqar";
+  std::string data;
+  std::string device = "auto";
+  std::vector<int64_t> mqarPairs = {2, 4, 8};
+  std::string haystack;
+  TaskSettings settings;
+};
+
+std::string joinInts(const std::vector<int64_t>& values) {
+  std::string text;
+  for (int64_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
 }
 
-}  // namespace
-
-int runEval(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2,
-                        {"tasks", "data", "device", "mqar-pairs", "examples", "seed", "context", "task-dir", "haystack",
-                         "limit", "batch"},
-                        {});
-  if (args.positional.size() != 1) throw UsageError("expected exactly one CHECKPOINT (a ckpt-*.pt file or a run directory)");
-  std::vector<std::string> taskNames;
-  {
-    std::stringstream ss(args.get("tasks", "ppl,mqar"));
-    for (std::string one; std::getline(ss, one, ',');) taskNames.push_back(one);
-  }
+int runEval(EvalFlags& f) {
   TaskPlan plan;
   try {
-    plan = planTasks(taskNames, args.get("task-dir", ""));
+    plan = planTasks(splitList(f.tasks, ',', "--tasks"), f.settings.taskDir);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  TaskSettings settings;
-  settings.contexts = parseList(args.get("context", "1024,2048,4096"), "context");
-  settings.examples = args.getInt("examples", 64);
-  settings.seed = static_cast<uint64_t>(args.getInt("seed", 1));
-  settings.limit = args.getInt("limit", 0);
-  settings.batch = args.getInt("batch", kEvalBatch);
-  settings.taskDir = args.get("task-dir", "");
+  const TaskSettings& settings = f.settings;
   if (settings.examples < 1 || settings.batch < 1 || settings.limit < 0)
     throw UsageError("--examples and --batch must be >= 1, --limit >= 0");
+  if (settings.contexts.empty()) throw UsageError("--context needs at least one length");
   for (int64_t c : settings.contexts)
     if (c < 1) throw UsageError("--context: " + std::to_string(c) + " is not a positive length");
-  const RunCheckpoint found = resolveCheckpoint(args.positional[0], std::cerr);
+  if (f.mqarPairs.empty()) throw UsageError("--mqar-pairs needs at least one number of pairs");
+  for (int64_t p : f.mqarPairs)
+    if (p < 1) throw UsageError("--mqar-pairs: " + std::to_string(p) + " is not a positive number of pairs");
+  const std::string device = resolveDevice(f.device, torch::cuda::is_available());
+  const RunCheckpoint found = resolveCheckpoint(f.run, std::cerr);
   const std::string& ckpt = found.ckpt;
   const std::string& dir = found.dir;
   const eval::RunModel run = eval::loadRunModel(dir);
@@ -89,7 +78,6 @@ int runEval(int argc, char** argv) {
   const int64_t seqLen = trained.seqLen;
   const std::string tok = run.inputs.tokenizer;
 
-  const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
   const torch::Device dev = device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   model::HybridLM lm(mc);
   lm->to(dev);
@@ -107,7 +95,7 @@ int runEval(int argc, char** argv) {
     auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
     // The held-out part training used: whole documents at the end of token shards (mapped, the
     // tail read), else the corpus's held-out documents.
-    const std::string dataPath = args.get("data", "");
+    const std::string& dataPath = f.data;
     std::vector<int64_t> heldOut;
     std::string description;
     if (!dataPath.empty() && data::isTokenShardPath(dataPath)) {
@@ -134,8 +122,7 @@ int runEval(int argc, char** argv) {
     lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}});
   }
   if (plan.mqar) {
-    auto pairs = parseList(args.get("mqar-pairs", "2,4,8"), "mqar-pairs");
-    for (const auto& r : eval::mqar(forward, pairs, seqLen, mc.preset.vocab, settings.examples, settings.seed, dev)) {
+    for (const auto& r : eval::mqar(forward, f.mqarPairs, seqLen, mc.preset.vocab, settings.examples, settings.seed, dev)) {
       std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries << " queries\n";
       lines.push_back({{"task", "mqar"}, {"pairs", r.pairs}, {"accuracy", r.accuracy}, {"queries", r.queries}});
     }
@@ -150,7 +137,7 @@ int runEval(int argc, char** argv) {
     options.maxLength = mc.preset.maxSeqLen;  // zero-shot inputs are cut to it from the left, as lm-eval does
     auto model = tasks::makeFullForwardModel(forward, dev, options);
     const std::vector<std::string> haystack =
-        plan.ruler.empty() ? std::vector<std::string>{} : haystackWords(args.get("haystack", ""), trained.dataSource, *tokenizer);
+        plan.ruler.empty() ? std::vector<std::string>{} : haystackWords(f.haystack, trained.dataSource, *tokenizer);
     for (auto& line : runTasks(plan, settings, *model, *tokenizer, haystack)) lines.push_back(std::move(line));
   }
   for (auto& line : lines) {
@@ -160,6 +147,42 @@ int runEval(int argc, char** argv) {
   tasks::appendJsonLines(dir + "/eval.jsonl", lines);
   std::cout << "results appended to " << dir << "/eval.jsonl\n";
   return 0;
+}
+
+}  // namespace
+
+Command addEvalCommand(CLI::App& root) {
+  auto f = std::make_shared<EvalFlags>();
+  TaskSettings& s = f->settings;
+  s.contexts = {1024, 2048, 4096};
+  s.examples = 64;
+  s.seed = 1;
+  s.batch = kEvalBatch;
+  CLI::App* app = root.add_subcommand("eval", "perplexity, MQAR recall, RULER and zero-shot tasks of a model "
+                                              "`linac train` wrote (results appended to the run's eval.jsonl)");
+  app->add_option("CHECKPOINT", f->run, "a run directory (its newest intact checkpoint) or a ckpt-*.pt file")
+      ->required();
+  app->add_option("--tasks", f->tasks,
+                  "comma-separated: ppl, mqar, ruler (or ruler_niah_single, ...), arc_easy, hellaswag, ... "
+                  "(zero-shot task files in --task-dir)")
+      ->capture_default_str();
+  app->add_option("--data", f->data, "the corpus whose held-out part ppl scores (default: the embedded corpus)");
+  addDeviceOption(*app, f->device);
+  app->add_option("--mqar-pairs", f->mqarPairs, "comma-separated key-value pairs per MQAR sequence")
+      ->delimiter(',')
+      ->default_str(joinInts(f->mqarPairs));
+  app->add_option("--context", s.contexts, "comma-separated RULER context lengths in tokens")
+      ->delimiter(',')
+      ->default_str(joinInts(s.contexts));
+  app->add_option("--examples", s.examples, "examples per MQAR setting and per RULER task and context")
+      ->capture_default_str();
+  app->add_option("--seed", s.seed, "the seed of the synthetic tasks' examples")->capture_default_str();
+  app->add_option("--task-dir", s.taskDir, "the folder of zero-shot task files (arc_easy.jsonl, ...)");
+  app->add_option("--haystack", f->haystack, "a text file for RULER's haystacks (default: the training data)");
+  app->add_option("--limit", s.limit, "zero-shot documents per task; 0 = all")->capture_default_str();
+  app->add_option("--batch", s.batch, "sequences per forward pass of the zero-shot and RULER tasks")
+      ->capture_default_str();
+  return {app, [f](const std::vector<std::string>&) { return runEval(*f); }};
 }
 
 }  // namespace linac::cli

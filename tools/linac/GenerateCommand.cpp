@@ -3,7 +3,6 @@
 // decode step per new token, for --batch copies of the prompt at once. Prints each continuation,
 // prefill and decode throughput, and the cache's bytes as held beside `linac memory`'s arithmetic
 // (and, on CUDA, the caching allocator's bytes for the cache and its peak).
-#include "Args.h"
 #include "CacheReport.h"
 #include "Commands.h"
 #include "KernelLookup.h"
@@ -20,44 +19,33 @@
 
 #include <iomanip>
 #include <iostream>
+#include <memory>
 
 namespace linac::cli {
 namespace {
 
 constexpr int64_t kDefaultMaxNew = 64;
 
-double parseDouble(const Args& args, const std::string& flag, double fallback) {
-  if (!args.values.count(flag)) return fallback;
-  const std::string text = args.get(flag, "");
-  try {
-    size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError("--" + flag + ": '" + text + "' is not a number");
-}
-
-}  // namespace
-
-int runGenerate(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2, {"prompt", "max-new", "temperature", "top-p", "seed", "batch", "device"}, {});
-  if (args.positional.size() != 1) throw UsageError("expected exactly one RUN (a run directory or a ckpt-*.pt file)");
-  if (!args.values.count("prompt")) throw UsageError("give --prompt TEXT: the text to continue");
+struct GenerateFlags {
+  std::string run;
+  std::string prompt;
+  int64_t batch = 1;
+  std::string device = "auto";
   generate::GenerateOptions options;
-  options.maxNew = args.getInt("max-new", kDefaultMaxNew);
-  options.sampling.temperature = parseDouble(args, "temperature", 0.0);
-  options.sampling.topP = parseDouble(args, "top-p", 1.0);
-  options.sampling.seed = static_cast<uint64_t>(args.getInt("seed", 0));
-  const int64_t batch = args.getInt("batch", 1);
+};
+
+int runGenerate(GenerateFlags& f) {
+  generate::GenerateOptions& options = f.options;
+  const int64_t batch = f.batch;
   if (options.maxNew < 1 || batch < 1) throw UsageError("--max-new and --batch must be >= 1");
   try {
     generate::checkSampling(options.sampling);
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string(e.what()) + " (--temperature, --top-p)");
   }
+  const std::string device = resolveDevice(f.device, torch::cuda::is_available());
 
-  const RunCheckpoint found = resolveCheckpoint(args.positional[0], std::cerr);
+  const RunCheckpoint found = resolveCheckpoint(f.run, std::cerr);
   const eval::RunModel run = eval::loadRunModel(found.dir);
   const model::ModelConfig& mc = run.config;
   requireKernels(mc.linear, run.inputs.spec);
@@ -70,7 +58,7 @@ int runGenerate(int argc, char** argv) {
   // As evaluation does, the model sees the end-of-document id first, and a continuation ends
   // when it produces that id.
   std::vector<int64_t> ids = {tokenizer->documentSeparator()};
-  const std::string text = args.get("prompt", "");
+  const std::string& text = f.prompt;
   for (int64_t id : tokenizer->encode(text)) ids.push_back(id);
   options.stop = tokenizer->documentSeparator();
   const int64_t promptLength = int64_t(ids.size());
@@ -78,8 +66,6 @@ int runGenerate(int argc, char** argv) {
     std::cerr << "note: " << promptLength + options.maxNew << " tokens exceed the preset's max_seq_len "
               << mc.preset.maxSeqLen << " (the model was not trained that long)\n";
 
-  const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
-  if (device != "cpu" && device != "cuda") throw UsageError("--device must be cpu or cuda, got '" + device + "'");
   const torch::Device dev = device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   model::HybridLM lm(mc);
   lm->to(dev);
@@ -116,6 +102,28 @@ int runGenerate(int argc, char** argv) {
     std::cerr << "linac generate: error: the cache holds " << r.cacheBytes.total() << " bytes but cache_memory.h "
               << "computes " << expected.total.total() << " for it; `linac memory` misreports this model (a bug)\n";
   return equal ? 0 : 1;
+}
+
+}  // namespace
+
+Command addGenerateCommand(CLI::App& root) {
+  auto f = std::make_shared<GenerateFlags>();
+  generate::GenerateOptions& o = f->options;
+  o.maxNew = kDefaultMaxNew;
+  CLI::App* app = root.add_subcommand("generate", "continue a prompt through the model's state caches (prefill, "
+                                                  "then decode steps); throughput and cache bytes");
+  app->add_option("CHECKPOINT", f->run, "a run directory (its newest intact checkpoint) or a ckpt-*.pt file")
+      ->required();
+  app->add_option("--prompt", f->prompt, "the text to continue")->required();
+  app->add_option("--max-new", o.maxNew, "new tokens at most per sequence")->capture_default_str();
+  app->add_option("--temperature", o.sampling.temperature, "sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app->add_option("--top-p", o.sampling.topP, "nucleus sampling: the smallest set of tokens with this probability")
+      ->capture_default_str();
+  app->add_option("--seed", o.sampling.seed, "the sampling seed")->capture_default_str();
+  app->add_option("--batch", f->batch, "copies of the prompt continued at once")->capture_default_str();
+  addDeviceOption(*app, f->device);
+  return {app, [f](const std::vector<std::string>&) { return runGenerate(*f); }};
 }
 
 }  // namespace linac::cli

@@ -1,6 +1,6 @@
 #include "KernelLookup.h"
 
-#include "Args.h"
+#include "Cli.h"
 
 #ifdef LINAC_HAVE_COMPILER
 #include "linac/Pipeline/OnDemand.h"

@@ -2,7 +2,6 @@
 // bytes of a hybrid model's inference caches (recurrent state, short-conv and token-shift inputs,
 // KV cache) per layer and in total, beside the all-attention Transformer of the same preset, from
 // the specs alone (model/cache_memory.h). `linac generate` measures the same caches.
-#include "Args.h"
 #include "CacheReport.h"
 #include "Commands.h"
 #include "KernelLookup.h"
@@ -13,6 +12,7 @@
 
 #include <iomanip>
 #include <iostream>
+#include <memory>
 
 namespace linac::cli {
 namespace {
@@ -26,23 +26,30 @@ torch::ScalarType parseDtype(const std::string& name) {
   throw UsageError("--dtype must be bf16, fp16 or fp32, got '" + name + "'");
 }
 
-}  // namespace
 
-int runMemory(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2, {"schedule", "preset", "context", "batch", "dtype", "specs-dir"}, {"json"});
-  if (args.positional.size() != 1) throw UsageError("expected exactly one SPEC file (the linear variant)");
-  const int64_t context = args.getInt("context", kDefaultContext), batch = args.getInt("batch", 1);
+struct MemoryFlags {
+  std::string spec;
+  std::string schedule = "3:1";
+  std::string preset = "tiny";
+  int64_t context = kDefaultContext;
+  int64_t batch = 1;
+  std::string dtype = "bf16";
+  std::string specsDir = LINAC_SOURCE_DIR "/specs";
+  bool json = false;
+};
+
+int runMemory(const MemoryFlags& f) {
+  const int64_t context = f.context, batch = f.batch;
   if (context < 1 || batch < 1) throw UsageError("--context and --batch must be >= 1");
-  const std::string dtypeName = args.get("dtype", "bf16");
+  const std::string& dtypeName = f.dtype;
   const torch::ScalarType dtype = parseDtype(dtypeName);
-  const std::string specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
 
   eval::RunInputs in;
-  in.spec = args.positional[0];
-  in.attention = specsDir + "/attention.yaml";
-  in.presetDir = specsDir + "/presets";
-  in.schedule = args.get("schedule", "3:1");
-  in.preset = args.get("preset", "tiny");
+  in.spec = f.spec;
+  in.attention = f.specsDir + "/attention.yaml";
+  in.presetDir = f.specsDir + "/presets";
+  in.schedule = f.schedule;
+  in.preset = f.preset;
   const model::ModelConfig hybrid = eval::describeRun(in, 0).config;
   if (hybrid.linear.kind != spec::VariantKind::Linear)
     throw UsageError(in.spec + " is not a linear variant spec; full attention comes from --schedule");
@@ -53,7 +60,7 @@ int runMemory(int argc, char** argv) {
   const model::CacheMemory h = model::cacheMemory(hybrid, batch, context, dtype);
   const model::CacheMemory t = model::cacheMemory(transformer, batch, context, dtype);
   const double share = double(h.total.total()) / double(t.total.total());
-  if (args.has("json")) {
+  if (f.json) {
     nlohmann::ordered_json j = {{"spec", hybrid.linear.name}, {"schedule", hybrid.schedule.text},
                                 {"preset", hybrid.preset.name}, {"batch", batch}, {"context", context},
                                 {"dtype", dtypeName}, {"layers", nlohmann::ordered_json::array()}};
@@ -77,6 +84,25 @@ int runMemory(int argc, char** argv) {
             << std::fixed << std::setprecision(3) << "hybrid / transformer: " << share << " ("
             << h.total.total() << " / " << t.total.total() << " bytes)\n";
   return 0;
+}
+
+}  // namespace
+
+Command addMemoryCommand(CLI::App& root) {
+  auto f = std::make_shared<MemoryFlags>();
+  CLI::App* app = root.add_subcommand("memory", "bytes of the inference caches per layer, beside the "
+                                                "all-attention model's (from the specs alone)");
+  app->add_option("SPEC", f->spec, "the linear variant spec (YAML)")->required();
+  app->add_option("--schedule", f->schedule, "where full attention goes: 3:1, pure, transformer or a file")
+      ->capture_default_str();
+  app->add_option("--preset", f->preset, "the model size: tiny, 340m, 1.3b or a preset file")->capture_default_str();
+  app->add_option("--context", f->context, "tokens the caches hold")->capture_default_str();
+  app->add_option("--batch", f->batch, "sequences")->capture_default_str();
+  app->add_option("--dtype", f->dtype, "the caches' dtype: bf16, fp16 or fp32 (recurrent states stay fp32)")
+      ->capture_default_str();
+  app->add_option("--specs-dir", f->specsDir, "where presets/ and attention.yaml are found")->capture_default_str();
+  app->add_flag("--json", f->json, "print the table as JSON");
+  return {app, [f](const std::vector<std::string>&) { return runMemory(*f); }};
 }
 
 }  // namespace linac::cli

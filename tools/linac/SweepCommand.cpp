@@ -3,7 +3,6 @@
 // with `linac eval` in child processes (Subprocess.h); finished cells are skipped on a re-run, a
 // failed cell is reported and the rest go on. Then results.csv / results.json and the plots.
 // Exit codes: 0 every cell done, 1 a cell failed, 2 usage, 128 + signal stopped.
-#include "Args.h"
 #include "Commands.h"
 #include "Subprocess.h"
 #include "Sweep.h"
@@ -17,6 +16,7 @@
 #include <cstring>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <unistd.h>
 
@@ -32,10 +32,25 @@ constexpr int64_t kDefaultSteps = 300;  // linac train's own default
 constexpr int kSweepFormat = 1;         // sweep.json's "linac_sweep"
 constexpr int64_t kDefaultMemoryContext = 4096;  // tokens at which each cell's cache is sized
 
-std::vector<std::string> splitList(const std::string& text, char sep) {
+struct SweepFlags {
+  std::string specs;
+  std::string schedules = kDefaultSchedules;
+  std::string preset = "tiny";
+  int64_t steps = kDefaultSteps;
+  std::string out = kDefaultOut;
+  std::string tasks = kDefaultTasks;
+  std::vector<int64_t> seeds = {1};
+  std::string device = "auto";
+  std::string trainArgs, evalArgs;
+  std::string plots = "on";
+  int64_t memoryContext = kDefaultMemoryContext;
+};
+
+/// Words of a --train-args / --eval-args value, split at spaces.
+std::vector<std::string> words(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream ss(text);
-  for (std::string part; std::getline(ss, part, sep);)
+  for (std::string part; std::getline(ss, part, ' ');)
     if (!part.empty()) out.push_back(part);
   return out;
 }
@@ -133,45 +148,27 @@ std::string plotScript() {
   return std::string(LINAC_SOURCE_DIR) + "/tools/sweep_plots.py";
 }
 
-}  // namespace
-
-int runSweep(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2,
-                        {"specs", "schedules", "preset", "steps", "out", "tasks", "seeds", "device", "train-args",
-                         "eval-args", "plots", "memory-context"},
-                        {});
-  if (!args.positional.empty())
-    throw UsageError("unexpected argument '" + args.positional[0] + "'; the specs go in --specs A.yaml,B.yaml");
-  if (!args.has("specs")) throw UsageError("--specs A.yaml[,B.yaml...] is required");
+int runSweep(const SweepFlags& f) {
   SweepGrid grid;
-  for (const auto& s : splitList(args.get("specs", ""), ',')) grid.specs.push_back(absolutePath(s));
-  grid.schedules = splitList(args.get("schedules", kDefaultSchedules), ',');
-  for (const auto& s : splitList(args.get("seeds", "1"), ',')) {
-    try {
-      size_t used = 0;
-      grid.seeds.push_back(std::stoll(s, &used));
-      if (used != s.size()) throw std::invalid_argument(s);
-    } catch (const std::exception&) {
-      throw UsageError("--seeds: '" + s + "' is not an integer");
-    }
-  }
-  if (grid.specs.empty() || grid.schedules.empty() || grid.seeds.empty())
-    throw UsageError("--specs, --schedules and --seeds each need at least one entry");
-  const std::string plots = args.get("plots", "on");
-  if (plots != "on" && plots != "off") throw UsageError("--plots must be on or off");
+  for (const auto& s : splitList(f.specs, ',', "--specs")) grid.specs.push_back(absolutePath(s));
+  grid.schedules = splitList(f.schedules, ',', "--schedules");
+  grid.seeds = f.seeds;
+  if (grid.seeds.empty()) throw UsageError("--seeds needs at least one seed");
+  const std::string& plots = f.plots;
 
   SweepSettings settings;
-  settings.preset = args.get("preset", "tiny");
-  settings.steps = args.getInt("steps", kDefaultSteps);
-  settings.tasks = args.get("tasks", kDefaultTasks);
-  settings.device = args.get("device", "");
-  settings.trainArgs = splitList(args.get("train-args", ""), ' ');
-  settings.evalArgs = splitList(args.get("eval-args", ""), ' ');
-  settings.memoryContext = args.getInt("memory-context", kDefaultMemoryContext);
+  settings.preset = f.preset;
+  settings.steps = f.steps;
+  settings.tasks = f.tasks;
+  splitList(f.tasks, ',', "--tasks");  // an empty entry: a usage error here, not a failed eval in each cell
+  settings.device = f.device == "auto" ? "" : f.device;  // auto: each cell's own default
+  settings.trainArgs = words(f.trainArgs);
+  settings.evalArgs = words(f.evalArgs);
+  settings.memoryContext = f.memoryContext;
   if (settings.steps < 1) throw UsageError("--steps must be >= 1");
   if (settings.memoryContext < 1) throw UsageError("--memory-context must be >= 1");
 
-  const std::string dir = args.get("out", kDefaultOut);
+  const std::string& dir = f.out;
   trainer::detail::makeDirectories(dir + "/cells");
   grid = reconcile(dir, settings, grid);
   const std::vector<SweepCell> cells = planCells(grid);
@@ -266,6 +263,31 @@ int runSweep(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+Command addSweepCommand(CLI::App& root) {
+  auto f = std::make_shared<SweepFlags>();
+  CLI::App* app = root.add_subcommand("sweep", "train and evaluate a grid of specs x schedules x seeds as one "
+                                               "resumable folder; results table and plots");
+  app->add_option("--specs", f->specs, "comma-separated linear variant specs (YAML)")->required();
+  app->add_option("--schedules", f->schedules, "comma-separated schedules")->capture_default_str();
+  app->add_option("--preset", f->preset, "the model size of every cell")->capture_default_str();
+  app->add_option("--steps", f->steps, "training steps of every cell")->capture_default_str();
+  app->add_option("--out", f->out, "the sweep folder (a re-run continues it)")->capture_default_str();
+  app->add_option("--tasks", f->tasks, "comma-separated `linac eval` tasks scored for every cell")
+      ->capture_default_str();
+  app->add_option("--seeds", f->seeds, "comma-separated training seeds")->delimiter(',')->default_str("1");
+  addDeviceOption(*app, f->device);
+  app->add_option("--train-args", f->trainArgs, "more `linac train` flags for every cell, space-separated");
+  app->add_option("--eval-args", f->evalArgs, "more `linac eval` flags for every cell, space-separated");
+  app->add_option("--plots", f->plots, "draw the plots (python3 with matplotlib)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app->add_option("--memory-context", f->memoryContext, "tokens at which each cell's cache bytes are computed")
+      ->capture_default_str();
+  return {app, [f](const std::vector<std::string>&) { return runSweep(*f); }};
 }
 
 }  // namespace linac::cli

@@ -4,10 +4,13 @@
 // unigram baseline (lm) and MQAR recall. The run directory (--out) belongs to one run: a fresh
 // start needs it empty (or --overwrite); `--resume` continues it from the copies of its inputs
 // and its stored config, each flag given on the command line checked against them
-// (trainer/run_dir.h). Exit codes: 0 done, 1 failed, 2 usage or refused, 128 + signal stopped.
-#include "Args.h"
+// (trainer/run_dir.h). Flags may come from `--config FILE` (YamlConfig.h; the command line wins),
+// and every flag's effective value is written to the run's config.yaml at each start, after the
+// `linac --version` line. Exit codes: 0 done, 1 failed, 2 usage or refused, 128 + signal stopped.
 #include "Commands.h"
 #include "KernelLookup.h"
+#include "Version.h"
+#include "YamlConfig.h"
 
 #include "data/data.h"
 #include "data/token_shards.h"
@@ -26,9 +29,11 @@
 
 #include <climits>
 #include <csignal>
+#include <cstdlib>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
-#include <cstdlib>
 
 #include <algorithm>
 #include <fstream>
@@ -88,9 +93,9 @@ std::string readText(const std::string& path) {
 }
 
 /// On resume, each training flag left off the command line takes the run's stored value.
-void keepStoredValues(trainer::TrainConfig& tc, const trainer::TrainConfig& stored, const Args& args) {
+void keepStoredValues(trainer::TrainConfig& tc, const trainer::TrainConfig& stored, const CLI::App& app) {
   auto keep = [&](const char* flag, auto& field, const auto& value) {
-    if (!args.has(flag)) field = value;
+    if (!given(app, flag)) field = value;
   };
   keep("steps", tc.steps, stored.steps);
   keep("batch", tc.batch, stored.batch);
@@ -123,23 +128,55 @@ std::string absolutePath(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
-}  // namespace
+/// A number as a config file writes it back: the shortest text that reads as the same double.
+std::string numberText(double value) {
+  std::ostringstream text;
+  text << std::setprecision(std::numeric_limits<double>::max_digits10) << value;
+  return text.str();
+}
 
-int runTrain(int argc, char** argv) {
-  Args args = parseArgs(argc, argv, 2,
-                        {"schedule", "preset", "data", "tokenizer", "steps", "batch", "seq-len", "accumulation",
-                         "lr", "warmup", "out", "device", "seed", "eval-every", "eval-batches", "log-every",
-                         "checkpoint-every", "specs-dir", "nproc", "task", "mqar-pairs", "fused-loss",
-                         "data-dtype", "profile"},
-                        {"resume", "overwrite", "accept-changes", "no-overlap", "checkpointing"});
+/// The flags of `linac train` (addTrainCommand): the defaults that depend on other flags (the
+/// task, --steps) are applied in runTrain, for the flags not given.
+struct TrainFlags {
+  std::string spec;
+  std::string config;
+  std::string schedule = "3:1";
+  std::string preset = "tiny";
+  std::string data;
+  std::string tokenizer = "byte";
+  std::string dataDtype;
+  int64_t steps = kDefaultSteps;
+  int64_t batch = kDefaultBatch;
+  int64_t seqLen = kDefaultSeqLen;
+  int64_t accumulation = 1;
+  double lr = kDefaultLr;
+  int64_t warmup = 0, evalEvery = 0, checkpointEvery = 0;  // given, or from --steps
+  int64_t evalBatches = kDefaultEvalBatches;
+  int64_t logEvery = 10;
+  int64_t seed = 0;
+  std::string out;
+  std::string device = "auto";
+  std::string specsDir = LINAC_SOURCE_DIR "/specs";
+  int64_t nproc = 1;
+  std::string task = "lm";
+  int64_t mqarPairs = kDefaultMqarPairs;
+  std::string fusedLoss = "on";
+  int64_t profile = 0;
+  bool resume = false, overwrite = false, acceptChanges = false, noOverlap = false, checkpointing = false;
+};
+
+
+int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv) {
+  if (!f.config.empty()) applyYamlConfig(app, f.config);  // the command line's flags win
+  auto has = [&](const char* flag) { return given(app, flag); };
   // Data parallel: `--nproc N` re-runs this command as N local ranks (each sees WORLD_SIZE and
   // becomes a worker below); a torchrun-style environment (WORLD_SIZE set) makes this a worker.
-  const int64_t nproc = args.getInt("nproc", 1);
+  const int64_t nproc = f.nproc;
   if (nproc < 1) throw UsageError("--nproc must be >= 1");
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (nproc > 1 && !distributed::launchedDistributed()) {
     std::cout << "linac train: launching " << nproc << " local ranks (Gloo on CPU, NCCL on CUDA)" << std::endl;
-    const int rc = distributed::launchLocalWorkers(int(nproc), std::vector<std::string>(argv, argv + argc));
+    const int rc = distributed::launchLocalWorkers(int(nproc), argv);
     if (rc != 0) std::cerr << "linac train: a rank failed (exit code " << rc << ")\n";
     return rc;
   }
@@ -148,20 +185,19 @@ int runTrain(int argc, char** argv) {
   if (nproc > 1 || std::getenv("WORLD_SIZE"))
     throw UsageError("this build has no distributed training (install libgloo-dev and reconfigure)");
 #endif
-  const bool resume = args.has("resume");
-  if (args.positional.size() > 1 || (args.positional.empty() && !resume))
-    throw UsageError("expected exactly one SPEC file (with --resume it may be left out: the run's copy is used)");
-  if (resume && args.has("overwrite"))
+  const bool resume = f.resume;
+  if (f.spec.empty() && !resume)
+    throw UsageError("expected a SPEC file (with --resume it may be left out: the run's copy is used)");
+  if (resume && f.overwrite)
     throw UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them");
-  const std::string specsDir = args.get("specs-dir", LINAC_SOURCE_DIR "/specs");
+  const std::string& specsDir = f.specsDir;
 
   // The run directory: --out, or a name made of the spec's, schedule's and preset's.
-  std::string outDir = args.get("out", "");
+  std::string outDir = f.out;
   if (outDir.empty()) {
-    if (args.positional.empty()) throw UsageError("--resume without SPEC needs --out RUN_DIR");
-    outDir = "runs/" + spec::loadVariant(args.positional[0]).name + "-" +
-             spec::loadSchedule(args.get("schedule", "3:1")).text + "-" +
-             spec::loadPreset(args.get("preset", "tiny"), specsDir + "/presets").name;
+    if (f.spec.empty()) throw UsageError("--resume without SPEC needs --out RUN_DIR");
+    outDir = "runs/" + spec::loadVariant(f.spec).name + "-" + spec::loadSchedule(f.schedule).text + "-" +
+             spec::loadPreset(f.preset, specsDir + "/presets").name;
     std::replace(outDir.begin(), outDir.end(), ':', '_');  // "3:1" in a path is awkward
   }
 
@@ -176,26 +212,26 @@ int runTrain(int argc, char** argv) {
     in.preset = "tiny";
     in.mqarPairs = kDefaultMqarPairs;
   }
-  if (!args.positional.empty()) in.spec = args.positional[0];
+  if (!f.spec.empty()) in.spec = f.spec;
   else if (!haveRun) throw UsageError(outDir + " holds no run to resume (no model.json); give SPEC to start one");
-  if (!haveRun || args.has("specs-dir")) in.attention = specsDir + "/attention.yaml";
+  if (!haveRun || has("specs-dir")) in.attention = specsDir + "/attention.yaml";
   in.presetDir = specsDir + "/presets";
-  in.schedule = args.get("schedule", in.schedule);
-  in.preset = args.get("preset", in.preset);
-  in.task = args.get("task", in.task);
-  in.mqarPairs = args.getInt("mqar-pairs", in.mqarPairs);
+  if (has("schedule")) in.schedule = f.schedule;
+  if (has("preset")) in.preset = f.preset;
+  if (has("task")) in.task = f.task;
+  if (has("mqar-pairs")) in.mqarPairs = f.mqarPairs;
 
   // Task, data and tokenizer. MQAR needs neither a corpus nor a tokenizer: its ids are drawn
   // from the preset's vocabulary.
   const std::string task = in.task;
   if (task != "lm" && task != "mqar") throw UsageError("--task must be lm or mqar, got '" + task + "'");
   const bool mqarTask = task == "mqar";
-  if (mqarTask && (args.has("data") || args.has("tokenizer") || args.has("data-dtype")))
+  if (mqarTask && (has("data") || has("tokenizer") || has("data-dtype")))
     throw UsageError("--data, --data-dtype and --tokenizer are for --task lm; --task mqar generates its sequences");
-  if (!mqarTask && args.has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
+  if (!mqarTask && has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
   const int64_t mqarPairs = in.mqarPairs;
   if (mqarTask) in.tokenizer = "none";
-  else if (args.has("tokenizer")) in.tokenizer = args.get("tokenizer", "byte");
+  else if (has("tokenizer")) in.tokenizer = f.tokenizer;
   else if (in.tokenizer == "none") in.tokenizer = "byte";  // a resume that switches from mqar: refused later
   std::unique_ptr<data::Tokenizer> tokenizer =
       mqarTask ? nullptr
@@ -210,46 +246,40 @@ int runTrain(int argc, char** argv) {
               << tokenizer->name() << " tokenizer's " << mc.preset.vocab << "\n";
 
   trainer::TrainConfig tc;
-  tc.steps = args.getInt("steps", kDefaultSteps);
-  tc.batch = args.getInt("batch", mqarTask ? kDefaultMqarBatch : kDefaultBatch);
-  tc.seqLen = args.getInt("seq-len", mqarTask ? kDefaultMqarSeqLen : kDefaultSeqLen);
-  tc.accumulation = args.getInt("accumulation", 1);
-  tc.lr = std::stod(args.get("lr", std::to_string(kDefaultLr)));
-  tc.warmupSteps = args.getInt("warmup", std::max<int64_t>(1, tc.steps / 10));
-  tc.evalEvery = args.getInt("eval-every", std::max<int64_t>(1, tc.steps / 4));
-  tc.evalBatches = args.getInt("eval-batches", kDefaultEvalBatches);
-  tc.logEvery = args.getInt("log-every", 10);
-  tc.checkpointEvery = args.getInt("checkpoint-every", std::max<int64_t>(1, tc.steps / 4));
-  tc.seed = static_cast<uint64_t>(args.getInt("seed", 0));
+  tc.steps = f.steps;
+  tc.batch = has("batch") ? f.batch : mqarTask ? kDefaultMqarBatch : kDefaultBatch;
+  tc.seqLen = has("seq-len") ? f.seqLen : mqarTask ? kDefaultMqarSeqLen : kDefaultSeqLen;
+  tc.accumulation = f.accumulation;
+  tc.lr = f.lr;
+  tc.warmupSteps = has("warmup") ? f.warmup : std::max<int64_t>(1, tc.steps / 10);
+  tc.evalEvery = has("eval-every") ? f.evalEvery : std::max<int64_t>(1, tc.steps / 4);
+  tc.evalBatches = f.evalBatches;
+  tc.logEvery = f.logEvery;
+  tc.checkpointEvery = has("checkpoint-every") ? f.checkpointEvery : std::max<int64_t>(1, tc.steps / 4);
+  tc.seed = static_cast<uint64_t>(f.seed);
   tc.resume = resume;
-  tc.overwrite = args.has("overwrite");
-  tc.acceptChanges = args.has("accept-changes");
+  tc.overwrite = f.overwrite;
+  tc.acceptChanges = f.acceptChanges;
   tc.outDir = outDir;
   if (haveRun && isFile(outDir + "/config.json"))
-    keepStoredValues(tc, trainer::configFromJson(readText(outDir + "/config.json")), args);
+    keepStoredValues(tc, trainer::configFromJson(readText(outDir + "/config.json")), app);
   // The data: --data, else (on resume) the run's, else the embedded corpus.
   std::string dataPath;
-  if (args.has("data")) dataPath = absolutePath(args.get("data", ""));
+  if (has("data")) dataPath = absolutePath(f.data);
   else if (haveRun && isFile(outDir + "/config.json"))
     dataPath = trainer::configFromJson(readText(outDir + "/config.json")).dataSource;
   if (mqarTask || dataPath == "embedded" || dataPath == "mqar") dataPath.clear();
   tc.dataSource = mqarTask ? "mqar" : dataPath.empty() ? "embedded" : dataPath;
-  const std::string device = args.get("device", torch::cuda::is_available() ? "cuda" : "cpu");
-  if (device != "cpu" && device != "cuda") throw UsageError("--device must be cpu or cuda");
+  const std::string device = resolveDevice(f.device, torch::cuda::is_available());
   tc.device = device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   if (tc.steps < 1 || tc.batch < 1 || tc.seqLen < 2 || tc.accumulation < 1)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
   if (tc.evalBatches < 0) throw UsageError("--eval-batches must be >= 0 (0: all held-out windows)");
+  const std::string& fusedLoss = f.fusedLoss;
   // --profile N: N steps after the warm-up, into RUN_DIR/profile (trainer/step_profile.h).
-  tc.profileSteps = args.getInt("profile", 0);
-  if (tc.profileSteps < 0) throw UsageError("--profile must be >= 0 (steps to profile; 0: none)");
-  const std::string fusedLoss = args.get("fused-loss", "on");
-  if (fusedLoss != "on" && fusedLoss != "off")
-    throw UsageError("--fused-loss must be on or off, got '" + fusedLoss + "'");
+  tc.profileSteps = f.profile;
   // Token ids' width: checked against shard headers; the width of headerless .bin files.
-  const std::string dataDtype = args.get("data-dtype", "");
-  if (!dataDtype.empty() && dataDtype != "uint16" && dataDtype != "uint32")
-    throw UsageError("--data-dtype must be uint16 or uint32, got '" + dataDtype + "'");
+  const std::string& dataDtype = f.dataDtype;
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (distributed::launchedDistributed()) {
     dist = distributed::initFromEnvironment(tc.device);
@@ -260,12 +290,34 @@ int runTrain(int argc, char** argv) {
 #else
   const bool master = true;
 #endif
+  // config.yaml: every flag's effective value at this start (applyYamlConfig reads it back).
+  std::map<std::string, std::optional<std::string>> effective = {
+      {"spec", in.spec}, {"schedule", in.schedule}, {"preset", in.preset}, {"steps", std::to_string(tc.steps)},
+      {"batch", std::to_string(tc.batch)}, {"seq-len", std::to_string(tc.seqLen)},
+      {"accumulation", std::to_string(tc.accumulation)}, {"lr", numberText(tc.lr)},
+      {"warmup", std::to_string(tc.warmupSteps)}, {"eval-every", std::to_string(tc.evalEvery)},
+      {"eval-batches", std::to_string(tc.evalBatches)}, {"log-every", std::to_string(tc.logEvery)},
+      {"checkpoint-every", std::to_string(tc.checkpointEvery)}, {"seed", std::to_string(tc.seed)},
+      {"out", tc.outDir}, {"device", device}, {"specs-dir", specsDir}, {"nproc", std::to_string(nproc)},
+      {"task", task}, {"fused-loss", fusedLoss}};
+  effective["data"] = dataPath.empty() ? std::nullopt : std::optional(dataPath);
+  effective["data-dtype"] = dataDtype.empty() ? std::nullopt : std::optional(dataDtype);
+  effective["tokenizer"] = mqarTask ? std::nullopt : std::optional(in.tokenizer);
+  effective["mqar-pairs"] = mqarTask ? std::optional(std::to_string(mqarPairs)) : std::nullopt;
+  std::vector<trainer::RunFile> runFiles = run.files;
+  trainer::RunFile config{"config.yaml",
+                          resolvedConfigYaml(app, effective,
+                                             versionText() + "\nthe flags of this run's latest start, each with the "
+                                             "value it took; `linac train --config` reads this file"),
+                          false};
+  config.everyStart = true;
+  runFiles.push_back(std::move(config));
   // The run directory is locked and checked before the data is read and the model built; the
   // trainer checks again under the same lock before it writes anything.
   std::optional<trainer::RunLock> lock;
   if (master) {
     lock.emplace(tc.outDir);
-    refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, run.files); });
+    refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, runFiles); });
   }
   requireKernels(mc.linear, in.spec);  // may compile the spec: after the checks
 
@@ -297,7 +349,7 @@ int runTrain(int argc, char** argv) {
   torch::manual_seed(tc.seed);
   model::HybridLM lm(mc);
   lm->to(tc.device);
-  lm->setCheckpointing(args.has("checkpointing"));  // recompute each block in backward (model/checkpoint.h)
+  lm->setCheckpointing(f.checkpointing);  // recompute each block in backward (model/checkpoint.h)
 #ifdef LINAC_HAVE_DISTRIBUTED
   if (dist) {
     rank = dist->rank;
@@ -305,7 +357,7 @@ int runTrain(int argc, char** argv) {
     distributed::broadcastParameters(*lm, *dist);
     std::cout << "data parallel: " << dist->worldSize << " ranks x batch " << tc.batch << " = global batch "
               << dist->worldSize * tc.batch << " (x accumulation " << tc.accumulation << "), gradient allreduce "
-              << (args.has("no-overlap") ? "after backward (--no-overlap)" : "overlapped with backward") << "\n";
+              << (f.noOverlap ? "after backward (--no-overlap)" : "overlapped with backward") << "\n";
   }
 #endif
   std::cout << "linac train " << mc.linear.name << " | schedule " << mc.schedule.text << " | preset "
@@ -368,7 +420,7 @@ int runTrain(int argc, char** argv) {
     }
     // Bucket allreduces overlap with the last micro-batch's backward unless --no-overlap.
     distributed::GradSyncOptions sync;
-    sync.overlap = !args.has("no-overlap");
+    sync.overlap = !f.noOverlap;
     auto gradSync = distributed::gradientAveragingHooks(lm.ptr(), *dist, sync);
     hooks.beforeBackward = std::move(gradSync.beforeBackward);
     hooks.afterBackward = std::move(gradSync.afterBackward);
@@ -376,7 +428,7 @@ int runTrain(int argc, char** argv) {
   }
 #endif
   trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
-  t.setRunFiles(run.files);
+  t.setRunFiles(runFiles);
   // The LM head and the loss in chunks of tokens (never the [tokens, vocab] logits), unless
   // --fused-loss off: the logits, then cross_entropy.
   if (fusedLoss == "on")
@@ -425,6 +477,64 @@ int runTrain(int argc, char** argv) {
               << " queries (not trained on MQAR: near chance is expected)\n";
   if (!result.lastCheckpoint.empty()) std::cout << "checkpoint: " << result.lastCheckpoint << "\n";
   return 0;
+}
+
+}  // namespace
+
+Command addTrainCommand(CLI::App& root) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* app = root.add_subcommand(
+      "train", "build the hybrid model from the specs and train it (the embedded corpus by default); the run "
+               "directory --out holds its checkpoints, metrics, config.yaml and copies of its inputs");
+  app->add_option("SPEC", f->spec, "the linear variant spec (YAML); with --resume, the run's copy by default");
+  app->add_option("--config", f->config,
+                  "a YAML file of these flags (their long names without dashes: `lr: 1e-3`); the command line "
+                  "overrides it");
+  app->add_option("--schedule", f->schedule, "where full attention goes: 3:1, pure, transformer or a file")
+      ->capture_default_str();
+  app->add_option("--preset", f->preset, "the model size: tiny, 340m, 1.3b or a preset file")->capture_default_str();
+  app->add_option("--task", f->task, "lm: language modelling on --data; mqar: generated MQAR sequences")
+      ->check(CLI::IsMember({"lm", "mqar"}))
+      ->capture_default_str();
+  app->add_option("--data", f->data, "text, a folder of documents, or token shards (default: the embedded corpus)");
+  app->add_option("--tokenizer", f->tokenizer, "byte, or a SentencePiece .model file")->capture_default_str();
+  app->add_option("--data-dtype", f->dataDtype, "token id width of .bin data: uint16 or uint32 (default: from the "
+                                                "shard header; uint16 for headerless files)")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+  app->add_option("--mqar-pairs", f->mqarPairs, "--task mqar: key-value pairs per sequence")->capture_default_str();
+  app->add_option("--steps", f->steps, "optimizer steps of the whole run")->capture_default_str();
+  app->add_option("--batch", f->batch, "sequences per micro-batch")
+      ->default_str(std::to_string(kDefaultBatch) + " (" + std::to_string(kDefaultMqarBatch) + " with --task mqar)");
+  app->add_option("--seq-len", f->seqLen, "tokens per sequence")
+      ->default_str(std::to_string(kDefaultSeqLen) + " (" + std::to_string(kDefaultMqarSeqLen) +
+                    " with --task mqar)");
+  app->add_option("--accumulation", f->accumulation, "micro-batches per optimizer step")->capture_default_str();
+  app->add_option("--lr", f->lr, "peak learning rate (linear warmup, then cosine decay)")->capture_default_str();
+  app->add_option("--warmup", f->warmup, "warmup steps")->default_str("steps/10");
+  app->add_option("--seed", f->seed, "seeds the initialization and the data order")->capture_default_str();
+  app->add_option("--out", f->out, "the run directory (default: runs/<spec>-<schedule>-<preset>)");
+  app->add_flag("--resume", f->resume, "continue the run in --out from its newest intact checkpoint");
+  app->add_flag("--overwrite", f->overwrite, "replace the run in --out (a fresh start needs it empty otherwise)");
+  app->add_flag("--accept-changes", f->acceptChanges, "a resume may change lr, warmup, seed, data, ...");
+  app->add_option("--eval-every", f->evalEvery, "steps between held-out evaluations")->default_str("steps/4");
+  app->add_option("--eval-batches", f->evalBatches, "micro-batches per evaluation; 0 = all held-out windows")
+      ->capture_default_str();
+  app->add_option("--log-every", f->logEvery, "steps between progress and metrics lines")->capture_default_str();
+  app->add_option("--checkpoint-every", f->checkpointEvery, "steps between checkpoints")->default_str("steps/4");
+  addDeviceOption(*app, f->device);
+  app->add_option("--nproc", f->nproc, "data-parallel local ranks (Gloo on CPU, NCCL on CUDA)")->capture_default_str();
+  app->add_flag("--no-overlap", f->noOverlap, "data parallel: allreduce gradients after backward, not during it");
+  app->add_option("--fused-loss", f->fusedLoss, "on: the LM head and loss in chunks of tokens; off: full logits")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app->add_flag("--checkpointing", f->checkpointing,
+                "activation checkpointing per block: recompute each block in the backward (less memory)");
+  app->add_option("--profile", f->profile,
+                  "profile N steps after 2 warm-up steps into RUN_DIR/profile (trace + time by category)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_option("--specs-dir", f->specsDir, "where presets/ and attention.yaml are found")->capture_default_str();
+  return {app, [app, f](const std::vector<std::string>& argv) { return runTrain(*app, *f, argv); }};
 }
 
 }  // namespace linac::cli
