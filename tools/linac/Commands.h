@@ -16,5 +16,7 @@ int runEval(int argc, char** argv);
 int runGenerate(int argc, char** argv);
 int runMemory(int argc, char** argv);
 int runSweep(int argc, char** argv);
+int runImport(int argc, char** argv);
+int runExport(int argc, char** argv);
 
 }  // namespace linac::cli

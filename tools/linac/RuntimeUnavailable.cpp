@@ -20,5 +20,7 @@ int runEval(int, char**) { noRuntime("eval"); }
 int runGenerate(int, char**) { noRuntime("generate"); }
 int runMemory(int, char**) { noRuntime("memory"); }
 int runSweep(int, char**) { noRuntime("sweep"); }
+int runImport(int, char**) { noRuntime("import"); }
+int runExport(int, char**) { noRuntime("export"); }
 
 }  // namespace linac::cli

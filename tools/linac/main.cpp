@@ -43,6 +43,10 @@ void printUsage(std::ostream& os) {
         "        [--tasks ppl,mqar,...] [--seeds 1,2,3] [--out DIR] [--device cpu|cuda]\n"
         "        [--train-args \"...\"] [--eval-args \"...\"] [--plots on|off]\n"
         "                       train and evaluate the grid as one resumable folder; results table and plots\n"
+        "  import FLA_DIR --out RUN_DIR [--spec S] [--tokenizer byte|none|SPM.model] [--seq-len T]\n"
+        "                       an fla / Hugging Face checkpoint (config.json + safetensors) as a linac run\n"
+        "  export RUN --out HF_DIR [--dtype fp32|bf16|fp16]\n"
+        "                       a linac run as an fla checkpoint (config.json + model.safetensors)\n"
         "  version, --version   the version, the commit it was built from, the build's options\n"
         "  help                 this text\n";
   if (!linac::cli::compilerAvailable())
@@ -73,8 +77,11 @@ int main(int argc, char** argv) {
     if (command == "generate") return linac::cli::runGenerate(argc, argv);
     if (command == "memory") return linac::cli::runMemory(argc, argv);
     if (command == "sweep") return linac::cli::runSweep(argc, argv);
+    if (command == "import") return linac::cli::runImport(argc, argv);
+    if (command == "export") return linac::cli::runExport(argc, argv);
     std::string hint = linac::spec::closestMatch(
-        command, {"compile", "emit", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "version", "help"});
+        command, {"compile", "emit", "verify", "bench", "train", "eval", "generate", "memory", "sweep", "import", "export",
+                  "version", "help"});
     throw linac::cli::UsageError("unknown command '" + command + "'" +
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   } catch (const linac::spec::SpecError& e) {
