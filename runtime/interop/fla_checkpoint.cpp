@@ -92,7 +92,7 @@ FlaModelShape describeFlaConfig(const nlohmann::json& config, const spec::Varian
   s.schedule = "pure";
   p.attnHeads = attention.heads;
   if (const Json* a = attnEntry(c)) {
-    const ConfigView ac(*a);
+    const ConfigView ac(*a, "attn.");
     auto field = [](const std::string& key) { return "config.json field 'attn." + key + "'"; };
     if (!a->contains("layers") || !a->at("layers").is_array()) throw Unsupported(field("layers") + " is missing");
     std::set<int64_t> layers;

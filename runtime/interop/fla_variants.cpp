@@ -278,31 +278,31 @@ std::optional<std::string> exprDiffers(const std::string& what, const std::strin
 
 double ConfigView::number(const std::string& key, double fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_number()) throw Unsupported(field(key) + " is " + j_.at(key).dump() + ", not a number");
+  if (!j_.at(key).is_number()) throw Unsupported(field(prefix_ + key) + " is " + j_.at(key).dump() + ", not a number");
   return j_.at(key).get<double>();
 }
 
 int64_t ConfigView::integer(const std::string& key, int64_t fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_number_integer()) throw Unsupported(field(key) + " is " + j_.at(key).dump() + ", not an integer");
+  if (!j_.at(key).is_number_integer()) throw Unsupported(field(prefix_ + key) + " is " + j_.at(key).dump() + ", not an integer");
   return j_.at(key).get<int64_t>();
 }
 
 bool ConfigView::boolean(const std::string& key, bool fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_boolean()) throw Unsupported(field(key) + " is " + j_.at(key).dump() + ", not true or false");
+  if (!j_.at(key).is_boolean()) throw Unsupported(field(prefix_ + key) + " is " + j_.at(key).dump() + ", not true or false");
   return j_.at(key).get<bool>();
 }
 
 std::string ConfigView::string(const std::string& key, const std::string& fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_string()) throw Unsupported(field(key) + " is " + j_.at(key).dump() + ", not a string");
+  if (!j_.at(key).is_string()) throw Unsupported(field(prefix_ + key) + " is " + j_.at(key).dump() + ", not a string");
   return j_.at(key).get<std::string>();
 }
 
 void ConfigView::require(const std::string& key, const nlohmann::json& expected, const std::string& why) const {
   if (!has(key) || j_.at(key) == expected) return;
-  throw Unsupported(field(key) + " is " + j_.at(key).dump() + " (linac needs " +
+  throw Unsupported(field(prefix_ + key) + " is " + j_.at(key).dump() + " (linac needs " +
                     (expected.is_null() ? std::string("it unset") : expected.dump()) + ": " + why + ")");
 }
 

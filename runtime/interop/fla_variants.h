@@ -14,7 +14,8 @@ namespace linac::interop::detail {
 /// Unsupported naming the field.
 class ConfigView {
 public:
-  explicit ConfigView(const nlohmann::json& j) : j_(j) {}
+  /// `prefix` names a nested object in messages ("attn.").
+  explicit ConfigView(const nlohmann::json& j, std::string prefix = "") : j_(j), prefix_(std::move(prefix)) {}
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
   double number(const std::string& key, double fallback) const;
   int64_t integer(const std::string& key, int64_t fallback) const;
@@ -26,6 +27,7 @@ public:
 
 private:
   const nlohmann::json& j_;
+  std::string prefix_;
 };
 
 /// One input of the expected spec and its fla modules.

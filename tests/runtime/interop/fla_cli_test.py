@@ -23,7 +23,7 @@ MODEL_FIELDS = ['model_type', 'hidden_size', 'num_hidden_layers', 'vocab_size', 
 
 
 def run(*args, expect=0):
-    p = subprocess.run(list(args), capture_output=True, text=True)
+    p = subprocess.run(list(args), capture_output=True, text=True, errors='replace')
     if p.returncode != expect:
         sys.exit(f'{" ".join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout}\n{p.stderr}')
     return p
