@@ -140,7 +140,7 @@ def save_safetensors(path, tensors):
     names = {torch.float32: 'F32', torch.float64: 'F64'}
     header, blobs, offset = {'__metadata__': {'format': 'pt'}}, [], 0
     for name, t in tensors.items():
-        data = t.detach().cpu().contiguous().numpy().tobytes()
+        data = bytes(t.detach().cpu().contiguous().clone().untyped_storage())  # no numpy needed
         header[name] = {'dtype': names[t.dtype], 'shape': list(t.shape), 'data_offsets': [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
