@@ -14,6 +14,7 @@ APT_PACKAGES=(
 TORCH_VERSION=2.11.0
 SENTENCEPIECE_VERSION=0.2.2
 TOKENIZERS_VERSION=0.22.2
+SAFETENSORS_VERSION=0.8.0
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -41,6 +42,12 @@ fi
 if ! $PY -c "import sentencepiece, tokenizers" 2>/dev/null; then
   echo "setup: installing sentencepiece and tokenizers (tools/pretokenize.py)"
   $PY -m pip install -q "sentencepiece==$SENTENCEPIECE_VERSION" "tokenizers==$TOKENIZERS_VERSION"
+fi
+# safetensors (a 0.5 MB wheel) writes the fla-format checkpoints of the import tests
+# (tests/runtime/interop/fla_reference.py) and reads linac export's output there.
+if ! $PY -c "import safetensors" 2>/dev/null; then
+  echo "setup: installing safetensors (linac import / export tests)"
+  $PY -m pip install -q "safetensors==$SAFETENSORS_VERSION"
 fi
 # lit and FileCheck drive the dialect tests; lit comes with llvm-22-tools, FileCheck too.
 echo "setup: ok"

@@ -360,6 +360,18 @@ int64_t loadModelWeights(const std::string& path, torch::nn::Module& module, con
   }
 }
 
+std::string writeModelCheckpoint(const std::string& outDir, const TrainConfig& config, int64_t step,
+                                 torch::nn::Module& module) {
+  torch::optim::AdamW optimizer(module.parameters());
+  detail::CheckpointInfo info;
+  info.step = step;
+  info.batch = config.batch;
+  info.accumulation = config.accumulation;
+  info.seqLen = config.seqLen;
+  info.configJson = configToJson(config);
+  return detail::writeCheckpoint(outDir, info, module, optimizer);
+}
+
 std::string latestIntactCheckpoint(const std::string& runDir, std::ostream* notices) {
   if (!detail::isDirectory(runDir))
     throw TrainError(runDir + " is not a directory");

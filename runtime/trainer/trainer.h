@@ -181,6 +181,13 @@ struct TrainHooks {
 /// Throws TrainError naming the path.
 int64_t loadModelWeights(const std::string& path, torch::nn::Module& module, const torch::Device& device);
 
+/// Writes `module`'s parameters as checkpoint `step` of the run in `outDir` (ckpt-<step>.pt, its
+/// manifest and `latest`, as Trainer writes them, with an AdamW of empty state), for a run whose
+/// weights come from elsewhere (`linac import`); eval and generate load it with loadModelWeights.
+/// Returns the checkpoint's path; throws TrainError.
+std::string writeModelCheckpoint(const std::string& outDir, const TrainConfig& config, int64_t step,
+                                 torch::nn::Module& module);
+
 /// The newest intact checkpoint of a run directory: from the one `latest` names down by step,
 /// the first whose bytes match its manifest. Each damaged one skipped is reported on `notices`
 /// (may be null). Throws TrainError when the directory has none, naming what is wrong with each.

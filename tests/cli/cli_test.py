@@ -36,6 +36,8 @@ FLAGS = {
     "memory": ["--schedule", "--preset", "--context", "--batch", "--dtype", "--specs-dir", "--json"],
     "sweep": ["--specs", "--schedules", "--preset", "--steps", "--out", "--tasks", "--seeds", "--device",
               "--train-args", "--eval-args", "--plots", "--memory-context"],
+    "import": ["--out", "--spec", "--tokenizer", "--seq-len", "--specs-dir"],
+    "export": ["--out", "--dtype"],
 }
 # Flags whose --help line must show the default ("=VALUE").
 DEFAULTS = {"train": {"--lr": "0.002", "--steps": "300", "--tokenizer": "byte", "--device": "auto",

@@ -20,5 +20,7 @@ Command addEvalCommand(CLI::App& root);
 Command addGenerateCommand(CLI::App& root);
 Command addMemoryCommand(CLI::App& root);
 Command addSweepCommand(CLI::App& root);
+Command addImportCommand(CLI::App& root);
+Command addExportCommand(CLI::App& root);
 
 }  // namespace linac::cli

@@ -24,5 +24,7 @@ Command addEvalCommand(CLI::App& root) { return unavailable(root, "eval"); }
 Command addGenerateCommand(CLI::App& root) { return unavailable(root, "generate"); }
 Command addMemoryCommand(CLI::App& root) { return unavailable(root, "memory"); }
 Command addSweepCommand(CLI::App& root) { return unavailable(root, "sweep"); }
+Command addImportCommand(CLI::App& root) { return unavailable(root, "import"); }
+Command addExportCommand(CLI::App& root) { return unavailable(root, "export"); }
 
 }  // namespace linac::cli

@@ -19,7 +19,7 @@ std::string footer() {
   if (!linac::cli::compilerAvailable())
     text += "\n(this build has no compiler: configure with MLIR 22 for `compile`)";
   if (!linac::cli::runtimeAvailable())
-    text += "\n(this build has no runtime: install LibTorch for verify, bench, train, eval, generate, memory, sweep)";
+    text += "\n(this build has no runtime: install LibTorch for verify, bench, train, eval, generate, memory, sweep, import, export)";
   return text;
 }
 
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
       linac::cli::addCompileCommand(root), linac::cli::addEmitCommand(root),     linac::cli::addVerifyCommand(root),
       linac::cli::addBenchCommand(root),   linac::cli::addTrainCommand(root),    linac::cli::addEvalCommand(root),
       linac::cli::addGenerateCommand(root), linac::cli::addMemoryCommand(root), linac::cli::addSweepCommand(root),
+      linac::cli::addImportCommand(root), linac::cli::addExportCommand(root),
   };
   if (argc < 2) {
     std::cerr << root.help();
