@@ -140,7 +140,7 @@ std::vector<ParamLink> parameterLinks(const model::ModelConfig& mc, const nlohma
   const detail::FlaVariant& v = variantOf(c);
   const detail::ExpectedSpec expected = v.expected(c, mc.preset.hidden);
   const spec::PresetSpec& p = mc.preset;
-  const model::MixerDims dims = model::resolveDims(mc.linear, p.hidden);
+  const model::MixerDims dims = model::resolveDims(model::linearKernels(mc), p.hidden);
   const int64_t inter = model::intermediateSize(p);
   std::vector<ParamLink> links;
   auto link = [&](std::string linac, std::string fla, std::vector<int64_t> shape, std::vector<int64_t> flaShape) {
@@ -165,7 +165,7 @@ std::vector<ParamLink> parameterLinks(const model::ModelConfig& mc, const nlohma
         if (in.name == name) return in;
       throw Unsupported("the fla layer has no input '" + name + "' (" + mc.linear.file + ")");
     };
-    for (const auto& q : model::LinearMixerImpl::plan(mc.linear, p.hidden)) {
+    for (const auto& q : model::LinearMixerImpl::plan(model::linearKernels(mc), p.hidden)) {
       const size_t us = q.name.find('_');
       const std::string kind = q.name.substr(0, us), rest = us == std::string::npos ? "" : q.name.substr(us + 1);
       std::string fla;
@@ -289,7 +289,7 @@ nlohmann::ordered_json flaConfig(const model::ModelConfig& mc) {
   j["fuse_swiglu"] = true;
   j["fuse_cross_entropy"] = true;
   j["use_cache"] = true;
-  v->write(mc.linear, model::resolveDims(mc.linear, p.hidden), j);
+  v->write(mc.linear, model::resolveDims(model::linearKernels(mc), p.hidden), j);
   const std::vector<bool> attention = mc.schedule.expand(p.layers);
   std::vector<int64_t> layers;
   for (int64_t i = 0; i < p.layers; ++i)

@@ -1,5 +1,7 @@
 #include "interop/fla_variants.h"
 
+#include "registry/registry.h"
+
 #include "linac/Spec/SpecParser.h"
 
 #include <algorithm>
@@ -330,9 +332,11 @@ const FlaVariant* findBySpec(const std::string& specName) {
 
 std::optional<std::string> specDifference(const ExpectedSpec& e, const spec::VariantSpec& s, int64_t hidden) {
   if (s.kind != spec::VariantKind::Linear) return "the spec is not a linear variant";
+  const runtime::VariantKernels* kernels = runtime::Registry::find(s.name);
+  if (!kernels) return "no generated code for '" + s.name + "' is linked in (generate it with linac compile)";
   model::MixerDims d;
   try {
-    d = model::resolveDims(s, hidden);
+    d = model::resolveDims(*kernels, hidden);
   } catch (const std::exception& ex) {
     return std::string("the spec's key_dim / value_dim at hidden ") + std::to_string(hidden) + ": " + ex.what();
   }
