@@ -56,6 +56,7 @@ ALL=/tmp/linac-triton-all MIN=/tmp/linac-triton-min
 # fla 0.6 dispatches to FlashQLA / TileLang kernels when they are installed: pure Triton is timed.
 export TRITON_CACHE_AUTOTUNING=1 PYTHONUNBUFFERED=1 FLA_FLASH_QLA=0 FLA_TILELANG=0
 SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
+SHAPE_ARGS=(); IFS=';' read -ra _shapes <<< "$SHAPES"; for _s in "${_shapes[@]}"; do SHAPE_ARGS+=(--shape "$_s"); done
 LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
 VERIFY_SPECS=${VERIFY_SPECS:-$LINEAR_SPECS}
 BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v gated_delta_diag)}
@@ -122,15 +123,15 @@ prepare() {
   : > "$OUT/verify.log"
   for n in $VERIFY_SPECS; do
     # line-buffered, so a run cut by its budget still shows how far it got
-    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --backend cuda --shapes "$SHAPES" > /tmp/verify_one.log 2>&1
+    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --device cuda "${SHAPE_ARGS[@]}" > /tmp/verify_one.log 2>&1
     echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
     grep -E "FAIL" /tmp/verify_one.log | head -4
     cat /tmp/verify_one.log >> "$OUT/verify.log"
   done
   echo "verify done: $((SECONDS - start)) s"
   for n in ${SANITIZE_FUSED-gated_deltanet hgrn2}; do  # the fused prologue path (fused section)
-    phase 90 compute-sanitizer --tool memcheck --error-exitcode 9 $L verify "specs/$n.yaml" --backend cuda \
-      --shapes 1,70,1,64,64 > /tmp/sanitize_fused.log 2>&1
+    phase 90 compute-sanitizer --tool memcheck --error-exitcode 9 $L verify "specs/$n.yaml" --device cuda \
+      --shape 1,70,1,64,64 > /tmp/sanitize_fused.log 2>&1
     echo "memcheck fused $n rc=$? $(grep -E "ERROR SUMMARY" /tmp/sanitize_fused.log | tail -1) $(tail -1 /tmp/sanitize_fused.log)"
     cat /tmp/sanitize_fused.log >> "$OUT/verify.log"
   done
@@ -269,7 +270,7 @@ timed() {
   fi
 
   for n in $BENCH_SPECS; do
-    phase 30 $L bench "specs/$n.yaml" --backend cuda --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
+    phase 30 $L bench "specs/$n.yaml" --device cuda --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
       || echo "bench $n failed or timed out"
   done
   echo "linac bench done: $((SECONDS - start)) s"
@@ -282,7 +283,7 @@ timed() {
   echo "fla ops done: $((SECONDS - start)) s"
   if [ "${NSYS:-0}" = 1 ] && command -v nsys > /dev/null; then
     for n in gla deltanet; do
-      phase 60 nsys profile -o "/tmp/nsys_$n" --force-overwrite true $L bench "specs/$n.yaml" --backend cuda \
+      phase 60 nsys profile -o "/tmp/nsys_$n" --force-overwrite true $L bench "specs/$n.yaml" --device cuda \
         > /dev/null 2>&1
       nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/nsys_$n.nsys-rep" 2>/dev/null \
         | python3 -c 'import csv,sys; r=list(csv.DictReader(sys.stdin)); [print(f"  {x[\"Time (%)\"]:>6}% {float(x[\"Med (ns)\"])/1e3:9.1f} us {x[\"Name\"][:90]}") for x in r[:8]]' \
