@@ -108,6 +108,13 @@ def usage_errors(work):
     check_in("--steps", p.stderr)
     p = linac("bench", SPEC, "--shape", "1,64x", expect=2)
     check_in("--shape", p.stderr)
+    for flag, value in (("--context", "1024,,2048"), ("--mqar-pairs", "2,x"), ("--context", "1024,")):
+        p = linac("eval", work, "--tasks", "mqar", flag, value, expect=2)
+        check_in(flag, p.stderr)
+    p = linac("sweep", "--specs", SPEC, "--seeds", "1,,2", expect=2)
+    check_in("--seeds", p.stderr)
+    p = linac("bench", SPEC, "--shape", "1,,64,64", expect=2)
+    check_in("--shape", p.stderr)
     p = linac("bench", SPEC, "--shape", "1,64", expect=2)
     check_in("--shape must be B,T,H,D", p.stderr)
     p = linac("verify", SPEC, "--shape", "1,64,2,16,16x", expect=2)

@@ -61,8 +61,7 @@ Command addBenchCommand(CLI::App& root) {
                                                "with the memory floor");
   app->add_option("SPEC", f->spec, "the linear variant spec (YAML)")->required();
   addDeviceOption(*app, f->device);
-  app->add_option("--shape", f->shape, "B,T,H,D: batch, sequence length, heads, head dim")
-      ->delimiter(',')
+  addIntListOption(*app, "--shape", f->shape, "B,T,H,D: batch, sequence length, heads, head dim")
       ->default_str(std::to_string(o.batch) + "," + std::to_string(o.seqLen) + "," + std::to_string(o.heads) + "," +
                     std::to_string(o.headDim));
   app->add_option("--dtype", o.dtype, "the inputs' dtype")

@@ -63,6 +63,33 @@ std::vector<std::string> splitList(const std::string& text, char sep, const std:
   }
 }
 
+CLI::Option* addIntListOption(CLI::App& app, const std::string& name, std::vector<int64_t>& values,
+                              const std::string& description) {
+  std::string shown;
+  for (int64_t v : values) shown += (shown.empty() ? "" : ",") + std::to_string(v);
+  CLI::Option* option = app.add_option_function<std::string>(
+      name,
+      [&values, name](const std::string& text) {
+        std::vector<int64_t> parsed;
+        try {
+          for (const std::string& part : splitList(text, ',', name)) {
+            size_t used = 0;
+            const long long v = std::stoll(part, &used);
+            if (used != part.size()) throw std::invalid_argument(part);
+            parsed.push_back(v);
+          }
+        } catch (const UsageError& e) {  // splitList's message, without its "--flag: " (CLI11 adds it)
+          const std::string message = e.what();
+          throw CLI::ValidationError(name, message.substr(message.rfind(name + ": ", 0) == 0 ? name.size() + 2 : 0));
+        } catch (const std::logic_error&) {  // std::stoll's invalid_argument / out_of_range
+          throw CLI::ValidationError(name, "'" + text + "' is not a comma-separated list of whole numbers");
+        }
+        values = std::move(parsed);
+      },
+      description);
+  return option->type_name("N,...")->default_str(shown);
+}
+
 int reportParseError(const CLI::App& root, const CLI::ParseError& e) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {  // --help
     return root.exit(e);

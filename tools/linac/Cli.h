@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,12 @@ bool given(const CLI::App& app, const std::string& name);
 
 /// Splits "a,b,c" at `sep`; an empty part (",," or a trailing ",") is a usage error naming `flag`.
 std::vector<std::string> splitList(const std::string& text, char sep, const std::string& flag);
+
+/// `name` taking a comma-separated list of whole numbers into `values` (its value now is the
+/// default shown by --help): an empty entry ("1,,2"), a partial number ("64x") or a value out of
+/// int64 range is a usage error naming the flag.
+CLI::Option* addIntListOption(CLI::App& app, const std::string& name, std::vector<int64_t>& values,
+                              const std::string& description);
 
 /// Reports a parse error on stderr (with a did-you-mean hint for an unknown command, flag or
 /// config key) and returns its exit code: 0 for --help, 2 otherwise.

@@ -41,12 +41,6 @@ struct EvalFlags {
   TaskSettings settings;
 };
 
-std::string joinInts(const std::vector<int64_t>& values) {
-  std::string text;
-  for (int64_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
-  return text;
-}
-
 int runEval(EvalFlags& f) {
   TaskPlan plan;
   try {
@@ -168,12 +162,8 @@ Command addEvalCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--data", f->data, "the corpus whose held-out part ppl scores (default: the embedded corpus)");
   addDeviceOption(*app, f->device);
-  app->add_option("--mqar-pairs", f->mqarPairs, "comma-separated key-value pairs per MQAR sequence")
-      ->delimiter(',')
-      ->default_str(joinInts(f->mqarPairs));
-  app->add_option("--context", s.contexts, "comma-separated RULER context lengths in tokens")
-      ->delimiter(',')
-      ->default_str(joinInts(s.contexts));
+  addIntListOption(*app, "--mqar-pairs", f->mqarPairs, "comma-separated key-value pairs per MQAR sequence");
+  addIntListOption(*app, "--context", s.contexts, "comma-separated RULER context lengths in tokens");
   app->add_option("--examples", s.examples, "examples per MQAR setting and per RULER task and context")
       ->capture_default_str();
   app->add_option("--seed", s.seed, "the seed of the synthetic tasks' examples")->capture_default_str();

@@ -278,7 +278,7 @@ Command addSweepCommand(CLI::App& root) {
   app->add_option("--out", f->out, "the sweep folder (a re-run continues it)")->capture_default_str();
   app->add_option("--tasks", f->tasks, "comma-separated `linac eval` tasks scored for every cell")
       ->capture_default_str();
-  app->add_option("--seeds", f->seeds, "comma-separated training seeds")->delimiter(',')->default_str("1");
+  addIntListOption(*app, "--seeds", f->seeds, "comma-separated training seeds");
   addDeviceOption(*app, f->device);
   app->add_option("--train-args", f->trainArgs, "more `linac train` flags for every cell, space-separated");
   app->add_option("--eval-args", f->evalArgs, "more `linac eval` flags for every cell, space-separated");
