@@ -251,17 +251,6 @@ std::string canonical(const std::string& text) {
 }
 std::string canonical(const spec::ExprPtr& e) { return e ? spec::toString(*e) : ""; }
 
-const char* extentName(Extent e) {
-  switch (e) {
-  case Extent::Scalar: return "scalar";
-  case Extent::Head: return "head";
-  case Extent::Key: return "key";
-  case Extent::Value: return "value";
-  case Extent::Hidden: return "hidden";
-  }
-  return "?";
-}
-
 template <typename T>
 std::optional<std::string> differs(const std::string& what, const T& expected, const T& actual) {
   if (expected == actual) return std::nullopt;

@@ -7,17 +7,6 @@
 namespace linac::pipeline {
 namespace {
 
-const char* extentName(spec::Extent e) {
-  switch (e) {
-  case spec::Extent::Scalar: return "scalar";
-  case spec::Extent::Head: return "head";
-  case spec::Extent::Key: return "key";
-  case spec::Extent::Value: return "value";
-  case spec::Extent::Hidden: return "hidden";
-  }
-  return "?";
-}
-
 const char* activationName(spec::Activation a) {
   switch (a) {
   case spec::Activation::None: return "none";

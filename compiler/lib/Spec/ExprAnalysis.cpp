@@ -386,6 +386,17 @@ private:
 
 }  // namespace
 
+bool isBuiltinName(const std::string& name) {
+  return name == "head" || std::find(kBuiltinScalars.begin(), kBuiltinScalars.end(), name) != kBuiltinScalars.end() ||
+         functions().count(name);
+}
+
+void analyzeVariant(const VariantSpec& spec) { Analyzer(spec).run(); }
+
+}  // namespace linac::spec::detail
+
+namespace linac::spec {
+
 const char* extentName(Extent e) {
   switch (e) {
     case Extent::Scalar: return "scalar";
@@ -397,11 +408,4 @@ const char* extentName(Extent e) {
   return "?";
 }
 
-bool isBuiltinName(const std::string& name) {
-  return name == "head" || std::find(kBuiltinScalars.begin(), kBuiltinScalars.end(), name) != kBuiltinScalars.end() ||
-         functions().count(name);
-}
-
-void analyzeVariant(const VariantSpec& spec) { Analyzer(spec).run(); }
-
-}  // namespace linac::spec::detail
+}  // namespace linac::spec

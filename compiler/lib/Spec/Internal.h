@@ -138,7 +138,4 @@ void analyzeVariant(const VariantSpec& spec);
 /// True for the built-in names and function names, which inputs, params and defs may not take.
 bool isBuiltinName(const std::string& name);
 
-/// Lower-case spelling of an extent, for messages and the README's vocabulary.
-const char* extentName(Extent e);
-
 }  // namespace linac::spec::detail

@@ -195,7 +195,7 @@ void readRecurrence(const YamlDoc& doc, const MapReader& top, VariantSpec& spec)
     }
     if (it->extent != Extent::Key)
       throw SpecError(r.valueLoc("bonus"), fmt::format("bonus parameter '{}' must have key extent, got {}",
-                                                       rec.bonus, detail::extentName(it->extent)));
+                                                       rec.bonus, extentName(it->extent)));
   } else if (r.has("bonus")) {
     throw SpecError(r.keyLoc("bonus"), "field 'bonus' is only used with readout: exclusive_bonus");
   }

@@ -49,6 +49,9 @@ std::string toString(const Expr& e);
 /// The per-token size of a value within one head (for `hidden`: the whole model width).
 enum class Extent { Scalar, Head, Key, Value, Hidden };
 
+/// Lower-case spelling of an extent, as specs write it ("head", "key", ...).
+const char* extentName(Extent e);
+
 // Swish is an alias of Silu; it comes last so that it does not renumber the others.
 enum class Activation { None, Silu, Sigmoid, Relu, Tanh, Elu1, Swish = Silu };
 
