@@ -194,16 +194,17 @@ lab() {
   # backward rows (e.g. PROFILE="GDN:deltaBwd" PROFILE_COUNT=5 PROFILE_ARGS="").
   # PROFILE_SOURCE="ROW:REGEX ..." samples the first matching kernel's warp stalls per SASS
   # instruction (ncu --set full, source page as CSV): where the kernel's time goes, line by line.
-  local item
+  local item n=0
   for item in ${PROFILE_SOURCE:-}; do
-    local rep=/tmp/ncu_src_${item%%:*}
+    n=$((n + 1))  # outputs numbered in PROFILE_SOURCE's order (two items may share a row)
+    local rep=/tmp/ncu_src_$n tag="$n-${item%%:*}"
     phase 120 ncu --set full --import-source yes --kernel-name "regex:${item#*:}" --launch-count 1 -f -o "$rep" \
       ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" > /dev/null 2>&1
-    echo "ncu source ${item%%:*} rc=$? ($((SECONDS - start)) s)"
-    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source_${item%%:*}.csv" 2>&1
+    echo "ncu source $item rc=$? ($((SECONDS - start)) s)"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source_$tag.csv" 2>&1
     ncu -i "$rep.ncu-rep" --page details --section WarpStateStats --section InstructionStats \
-      --section MemoryWorkloadAnalysis > "$OUT/ncu_details_${item%%:*}.txt" 2>&1
-    python3 bench/ncu_source_top.py "$OUT/ncu_source_${item%%:*}.csv" | head -40
+      --section MemoryWorkloadAnalysis > "$OUT/ncu_details_$tag.txt" 2>&1
+    python3 bench/ncu_source_top.py "$OUT/ncu_source_$tag.csv" | head -40
   done
   for item in ${PROFILE:-}; do
     phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" --section SpeedOfLight \

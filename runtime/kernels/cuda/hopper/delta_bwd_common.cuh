@@ -75,44 +75,49 @@ __device__ void splitPack2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   lo = pack2<T>(x0 - h.x, x1 - h.y);
 }
 
-/// Copies rows [0, R) of a global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte
-/// aligned) into RowTiles [r, c] as hi (+ lo when kLo); rows at or past `rows` are zero. All
-/// kThreads threads call; a fence and a barrier must follow before the tensor cores read them.
-/// Loads go in rounds of kRound 16-byte vectors per thread (all in flight, then stored), which
-/// bounds the registers they hold next to a caller's live accumulators.
-template <int R, int Cc, int kThreads, bool kLo, int kRound = 2, class Tile>
-__device__ void loadSplitRows(const Tile& hi, const Tile& lo, const float* src, int64_t rowStride,
-                              int rows, int tid) {
+/// Starts cp.async copies of rows [0, R) of a global fp32 [R, Cc] block (row r at
+/// src + r * rowStride, 16-byte aligned) into a row-major fp32 buffer in shared memory whose rows
+/// are kLd floats apart; rows at or past `rows` are zero-filled. No registers hold the values, so
+/// every copy is in flight at once next to live accumulators. All kThreads threads call; the caller
+/// commits, waits (copyWait) and syncs before reading.
+template <int R, int Cc, int kLd, int kThreads>
+__device__ void stageRowsAsync(float* dst, const float* src, int64_t rowStride, int rows, int tid) {
+  constexpr int kPerRow = Cc / 4;
+  constexpr int kTotal = R * kPerRow;
+  static_assert(Cc % 4 == 0 && kLd % 4 == 0, "rows are copied as 16-byte vectors");
+  CUTE_UNROLL
+  for (int k = 0; k < (kTotal + kThreads - 1) / kThreads; ++k) {
+    const int i = tid + k * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
+    const int r = i / kPerRow, c = (i % kPerRow) * 4;
+    const bool valid = r < rows;
+    const float* g = src + (valid ? int64_t(r) * rowStride + c : 0);
+    copy16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * kLd + c)), g, valid);
+  }
+}
+
+/// Writes a staged fp32 [R, Cc] buffer (rows kLd floats apart, stageRowsAsync) into RowTiles
+/// [r, c] as hi (+ lo when kLo). All kThreads threads call; a fence and a barrier must follow
+/// before the tensor cores read the tiles.
+template <int R, int Cc, int kLd, int kThreads, bool kLo, class Tile>
+__device__ void splitStagedRows(const Tile& hi, const Tile& lo, const float* staged, int tid) {
   using T = std::remove_cv_t<std::remove_pointer_t<decltype(hi.ptr)>>;
   constexpr int kPerRow = Cc / 4;
   constexpr int kTotal = R * kPerRow;
-  static_assert(Cc % 4 == 0, "rows are read as float4");
-  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
   CUTE_UNROLL
-  for (int k0 = 0; k0 < kIters; k0 += kRound) {
-    float4 x[kRound];
-    CUTE_UNROLL
-    for (int j = 0; j < kRound; ++j) {
-      const int i = tid + (k0 + j) * kThreads;
-      const int r = i / kPerRow, c = (i % kPerRow) * 4;
-      const bool valid = k0 + j < kIters && i < kTotal && r < rows;
-      x[j] = valid ? *reinterpret_cast<const float4*>(src + int64_t(r) * rowStride + c)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    CUTE_UNROLL
-    for (int j = 0; j < kRound; ++j) {
-      const int i = tid + (k0 + j) * kThreads;
-      if (k0 + j >= kIters || i >= kTotal) break;
-      const int r = i / kPerRow, c = (i % kPerRow) * 4;
-      uint32_t h0, l0, h1, l1;
-      splitPack2<T>(x[j].x, x[j].y, h0, l0);
-      splitPack2<T>(x[j].z, x[j].w, h1, l1);
-      sts32(hi.at(r, c), h0);
-      sts32(hi.at(r, c + 2), h1);
-      if constexpr (kLo) {
-        sts32(lo.at(r, c), l0);
-        sts32(lo.at(r, c + 2), l1);
-      }
+  for (int k = 0; k < (kTotal + kThreads - 1) / kThreads; ++k) {
+    const int i = tid + k * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
+    const int r = i / kPerRow, c = (i % kPerRow) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(staged + r * kLd + c);
+    uint32_t h0, l0, h1, l1;
+    splitPack2<T>(x.x, x.y, h0, l0);
+    splitPack2<T>(x.z, x.w, h1, l1);
+    sts32(hi.at(r, c), h0);
+    sts32(hi.at(r, c + 2), h1);
+    if constexpr (kLo) {
+      sts32(lo.at(r, c), l0);
+      sts32(lo.at(r, c + 2), l1);
     }
   }
 }

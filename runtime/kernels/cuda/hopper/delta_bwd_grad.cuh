@@ -12,6 +12,9 @@
 // enter D dS^T as hi + lo (three wgmma) and D enters dO D^T as hi + lo (two): with either rounded
 // to bf16 the host transcription measured dg at 3.7e-3..8.5e-3 (gate 5e-3). S_c and dD enter in the
 // input dtype. Every output is written once (no atomics): row dots by quad shuffles.
+// The value blocks are pipelined: block j + 1's dO and S_c (double-buffered tiles) and its fp32
+// dS_{c+1}, D and dD (a staging buffer, split into the tiles in shared memory) are copied by
+// cp.async while block j's products run.
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -27,8 +30,10 @@ struct DeltaBwdGradTiles {
   static constexpr int VB = 64;             // value columns per block of the loop
   using Qk = RowTile<T, C, DK>;             // q, k: [t, d]
   using QkT = Transposed<Qk, C, DK>;        // (d, t)
-  using Tv = RowTile<T, C, VB>;             // d_o, D (hi, lo), dD: [t, v]
-  using Sv = RowTile<T, DK, VB>;            // S_c, dS_{c+1} (hi, lo): [d, v]
+  using Tv = RowTile<T, C, VB>;             // D (hi, lo), dD: [t, v]
+  using Tv2 = RowTile<T, C, VB, 2>;         // d_o, two value blocks
+  using Sv = RowTile<T, DK, VB>;            // dS_{c+1} (hi, lo): [d, v]
+  using Sv2 = RowTile<T, DK, VB, 2>;        // S_c, two value blocks
   using Sq = RowTile<T, C, C>;              // dA': [t, s]
   using SqT = Transposed<Sq, C, C>;         // (s, t)
 
@@ -40,14 +45,17 @@ struct DeltaBwdGradTiles {
   struct Smem {
     alignas(1024) T q[cosize_v<Qk>];
     alignas(1024) T k[cosize_v<Qk>];
-    alignas(1024) T o[cosize_v<Tv>];
+    alignas(1024) T o[cosize_v<Tv2>];
     alignas(1024) T dHi[cosize_v<Tv>];
     alignas(1024) T dLo[cosize_v<Tv>];
     alignas(1024) T dd[cosize_v<Tv>];
-    alignas(1024) T s[cosize_v<Sv>];
+    alignas(1024) T s[cosize_v<Sv2>];
     alignas(1024) T dsHi[cosize_v<Sv>];
     alignas(1024) T dsLo[cosize_v<Sv>];
     alignas(1024) T da[cosize_v<Sq>];
+    alignas(16) float stageDs[DK * VB];  // the next value block's fp32 dS_{c+1}, D, dD
+    alignas(16) float stageD[C * VB];
+    alignas(16) float stageDd[C * VB];
     float g[C];
     double b[C];
     float rowQ[C];    // q_t . dq_t
@@ -83,19 +91,29 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   const auto tQt = smemTile(sm.q, typename Tiles::QkT{});
   const auto tK = smemTile(sm.k, typename Tiles::Qk{});
   const auto tKt = smemTile(sm.k, typename Tiles::QkT{});
-  const auto tO = smemTile(sm.o, typename Tiles::Tv{});
+  const auto tO = smemTile(sm.o, typename Tiles::Tv2{});
   const auto tDHi = smemTile(sm.dHi, typename Tiles::Tv{});
   const auto tDLo = smemTile(sm.dLo, typename Tiles::Tv{});
   const auto tDd = smemTile(sm.dd, typename Tiles::Tv{});
-  const auto tS = smemTile(sm.s, typename Tiles::Sv{});
+  const auto tS = smemTile(sm.s, typename Tiles::Sv2{});
   const auto tDSHi = smemTile(sm.dsHi, typename Tiles::Sv{});
   const auto tDSLo = smemTile(sm.dsLo, typename Tiles::Sv{});
   const auto tA = smemTile(sm.da, typename Tiles::Sq{});
   const auto tAt = smemTile(sm.da, typename Tiles::SqT{});
 
+  // Copies of value block v0 (every thread takes part; the caller commits).
+  auto stageBlock = [&](int v0) {
+    const int ltid = threadIndexHere(), buf = (v0 / VB) & 1;
+    loadTile<false, C, VB, kThreads>(tO, buf, static_cast<const T*>(p.d_o) + offV + v0, rowV, rows);
+    loadTile<false, DK, VB, kThreads>(tS, buf, static_cast<const T*>(p.states) + slot + v0, DV, DK);
+    stageRowsAsync<DK, VB, VB, kThreads>(sm.stageDs, p.dstates + slot + v0, DV, DK, ltid);
+    stageRowsAsync<C, VB, VB, kThreads>(sm.stageD, p.ud + offV + v0, rowV, rows, ltid);
+    stageRowsAsync<C, VB, VB, kThreads>(sm.stageDd, p.dd + offV + v0, rowV, rows, ltid);
+  };
   loadTile<false, C, DK, kThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
   loadTile<false, C, DK, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
+  stageBlock(0);
   copyCommit();
 
   MmaXS mmaXS;
@@ -113,24 +131,29 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   clear(accX);
 
   for (int v0 = 0; v0 < DV; v0 += VB) {
-    if (v0 > 0) __syncthreads();  // every product of the previous block done
-    loadTile<false, C, VB, kThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV + v0, rowV, rows);
-    loadTile<false, DK, VB, kThreads>(tS, 0, static_cast<const T*>(p.states) + slot + v0, DV, DK);
-    copyCommit();
-    const int ltid = threadIndexHere();
-    loadSplitRows<DK, VB, kThreads, true>(tDSHi, tDSLo, p.dstates + slot + v0, DV, DK, ltid);
-    loadSplitRows<C, VB, kThreads, true>(tDHi, tDLo, p.ud + offV + v0, rowV, rows, ltid);
-    loadSplitRows<C, VB, kThreads, false>(tDd, tDd, p.dd + offV + v0, rowV, rows, ltid);
+    const int buf = (v0 / VB) & 1;
     copyWait<0>();
+    __syncthreads();  // this block's copies landed; every product of the previous block done
+    {
+      const int ltid = threadIndexHere();
+      splitStagedRows<DK, VB, VB, kThreads, true>(tDSHi, tDSLo, sm.stageDs, ltid);
+      splitStagedRows<C, VB, VB, kThreads, true>(tDHi, tDLo, sm.stageD, ltid);
+      splitStagedRows<C, VB, VB, kThreads, false>(tDd, tDd, sm.stageDd, ltid);
+    }
     fenceToAsyncProxy();
-    __syncthreads();
+    __syncthreads();  // the tiles; the staging buffers read
+    if (v0 + VB < DV) {
+      stageBlock(v0 + VB);
+      copyCommit();
+    }
     if (wg == 0) {
       auto thrOD = mmaOD.get_thread_slice(wtid);
-      Tensor fO = thrOD.partition_fragment_A(tO.tensor()(_, _, 0));
+      Tensor fO = thrOD.partition_fragment_A(tO.tensor()(_, _, buf));
       issue(accA, accX);
       gemm<false>(mmaOD, fO, thrOD.partition_fragment_B(tDHi.tensor()(_, _, 0)), accA);
       gemm<false>(mmaOD, fO, thrOD.partition_fragment_B(tDLo.tensor()(_, _, 0)), accA);
-      gemm<false>(mmaXS, fragA(tO), fragB(tS), accX);
+      gemm<false>(mmaXS, thrXS.partition_fragment_A(tO.tensor()(_, _, buf)),
+                  thrXS.partition_fragment_B(tS.tensor()(_, _, buf)), accX);
       commitAndWait(accA, accX);
     } else if (wg == 1) {
       Tensor fDHi = fragA(tDHi);
@@ -142,12 +165,12 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
       commitAndWait(accX);
     } else {
       issue(accX);
-      gemm<false>(mmaXS, fragA(tDd), fragB(tS), accX);
+      gemm<false>(mmaXS, fragA(tDd), thrXS.partition_fragment_B(tS.tensor()(_, _, buf)), accX);
       commitAndWait(accX);
       if (wantDg) {  // <S_c, dS_{c+1}> over this block, 16-byte vectors of the three tiles
         for (int idx = wtid; idx < DK * VB / 8; idx += kWarpgroupThreads) {
           const int d = idx / (VB / 8), v = (idx % (VB / 8)) * 8;
-          const uint4 a = lds128(tS.at(d, v)), bh = lds128(tDSHi.at(d, v)), bl = lds128(tDSLo.at(d, v));
+          const uint4 a = lds128(tS.at(d, v, buf)), bh = lds128(tDSHi.at(d, v)), bl = lds128(tDSLo.at(d, v));
           const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
           const uint32_t* wh = reinterpret_cast<const uint32_t*>(&bh);
           const uint32_t* wl = reinterpret_cast<const uint32_t*>(&bl);
@@ -243,11 +266,15 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   if (!wantDg) return;
   __syncthreads();  // row dots, <S_c, dS_{c+1}>
   if (tid < C && tid < rows) p.dbpart[(tok0 + tid) * H + h] = sm.rowQ[tid] - sm.rowK[tid];
-  if (tid == 0) {
-    float z = 0.f, kd = 0.f;
-    for (int w = 0; w < kWarpgroupThreads / 32; ++w) z += sm.dot[w];
-    for (int t = 0; t < C; ++t) kd += sm.rowKd[t];
-    p.zpart[int64_t(blockIdx.x) * H + h] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
+  if (tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
+    float kd = sm.rowKd[tid] + sm.rowKd[tid + 32];
+    CUTE_UNROLL
+    for (int o = 16; o > 0; o >>= 1) kd += __shfl_xor_sync(0xffffffffu, kd, o);
+    if (tid == 0) {
+      float z = 0.f;
+      for (int w = 0; w < kWarpgroupThreads / 32; ++w) z += sm.dot[w];
+      p.zpart[int64_t(blockIdx.x) * H + h] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
+    }
   }
 }
 

@@ -11,6 +11,9 @@
 // Tm enters as hi + lo, and dD as hi + lo (Tm^T dD three wgmma, dD V^T two): with either rounded
 // to bf16 the host transcription measured dv at 3e-3 and dbeta at 8e-3 (gate 5e-3). dW, dTm, Y,
 // X (in X^T Y) and dM enter in the input dtype; the elementwise sums read X and G in fp32.
+// Every global input arrives by cp.async with all copies in flight at once (dD and X through an
+// fp32 staging buffer, then split in shared memory); stage 4's dk part is copied into that buffer
+// while phases 1-3 run, so phase 4 reads it from shared memory.
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -39,6 +42,9 @@ struct DeltaBwdWyTiles {
   using MmaMK = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // dM K
 
   static constexpr int kLd = C + 4;  // fp32 [C, C] rows in shared memory
+  // fp32 [C, DV] staging rows (dD, then the dk part; DK <= DV): 8 floats of padding put the rows a
+  // quad reads in phase 4 (8 bytes a lane, 4 rows a half-warp) on distinct banks.
+  static constexpr int kLdStage = (DK > DV ? DK : DV) + 8;
   struct Smem {
     alignas(1024) T k[cosize_v<Kw>];
     alignas(1024) T dw[cosize_v<Kw>];
@@ -53,6 +59,7 @@ struct DeltaBwdWyTiles {
     alignas(1024) T dm[cosize_v<Sq>];
     alignas(16) float xf[C * kLd];   // X in fp32
     alignas(16) float scr[C * kLd];  // dTm . X, then E
+    alignas(16) float stage[C * kLdStage];  // dD, then stage 4's dk part
     DeltaChunkScalars cs;
     float dbeta[C];  // sum_t dTm_ts X_ts (columns)
     float dlg[C];    // sum_s dL_ts G_ts (rows)
@@ -100,19 +107,22 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   const auto tDm = smemTile(sm.dm, typename Tiles::Sq{});
   const auto tDmT = smemTile(sm.dm, typename Tiles::SqT{});
 
+  constexpr int kLdStage = Tiles::kLdStage;
   loadTile<false, C, DK, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
   loadTile<false, C, DK, kThreads>(tDw, 0, static_cast<const T*>(p.dw) + offK, rowK, rows);
   loadTile<false, C, DV, kThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
   stageDeltaScalars<Decay>(sm.cs, p.g, p.beta, tok0, rows, h, H);
+  stageRowsAsync<C, DV, kLdStage, kThreads>(sm.stage, p.dd + offV, rowV, rows, tid);
+  stageRowsAsync<C, C, kLd, kThreads>(sm.xf, p.x + (int64_t(blockIdx.x) * H + h) * (C * C), C, C, tid);
   copyCommit();
-  loadSplitRows<C, DV, kThreads, true>(tDdHi, tDdLo, p.dd + offV, rowV, rows, tid);
-  __syncthreads();  // beta
-  {  // X: fp32 copy, Tm = X diag(beta) as hi + lo, X in the input dtype
-    const float* xIn = p.x + (int64_t(blockIdx.x) * H + h) * (C * C);  // [C, C]
+  copyWait<0>();
+  __syncthreads();  // every copy, beta
+  if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
+  splitStagedRows<C, DV, kLdStage, kThreads, true>(tDdHi, tDdLo, sm.stage, tid);
+  {  // Tm = X diag(beta) as hi + lo, X in the input dtype
     for (int i = tid; i < C * C / 4; i += kThreads) {
       const int t = i / (C / 4), s = (i % (C / 4)) * 4;
-      const float4 x = *reinterpret_cast<const float4*>(xIn + t * C + s);
-      *reinterpret_cast<float4*>(&sm.xf[t * kLd + s]) = x;
+      const float4 x = *reinterpret_cast<const float4*>(&sm.xf[t * kLd + s]);
       uint32_t h0, l0, h1, l1;
       splitPack2<T>(x.x * sm.cs.beta[s], x.y * sm.cs.beta[s + 1], h0, l0);
       splitPack2<T>(x.z * sm.cs.beta[s + 2], x.w * sm.cs.beta[s + 3], h1, l1);
@@ -124,11 +134,12 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
       sts32(tX.at(t, s + 2), pack2<T>(x.z, x.w));
     }
   }
-  copyWait<0>();
-  __syncthreads();  // g
-  if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
   fenceToAsyncProxy();
-  __syncthreads();  // b, every tile
+  __syncthreads();  // b, every tile; the staging buffer read
+  if (p.dk) {  // stage 4's dk part, read in phase 4
+    stageRowsAsync<C, DK, kLdStage, kThreads>(sm.stage, p.dkpart + offK, rowK, rows, tid);
+    copyCommit();
+  }
 
   using MmaKK = typename Tiles::MmaKK;
   using MmaTW = typename Tiles::MmaTW;
@@ -260,8 +271,9 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
       sm.dlg[r0 + 8] = s1;
     }
   }
+  copyWait<0>();  // the dk part
   fenceToAsyncProxy();
-  __syncthreads();  // dM, E
+  __syncthreads();  // dM, E, the dk part
 
   // Phase 4: dk (1); dbeta and db (0).
   if (wg == 1) {
@@ -275,11 +287,10 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
                 thrT.partition_fragment_B(tKt.tensor()(_, _, 0)), accK);
     commitAndWait(accK);
     if (p.dk) {
-      const float* part = p.dkpart + offK;
       T* dk = static_cast<T*>(p.dk) + offK;
       forEachPair<MmaTW>(cK, [&](int i, int s, int d) {
         if (s < rows) {
-          const float2 a = *reinterpret_cast<const float2*>(part + s * rowK + d);
+          const float2 a = *reinterpret_cast<const float2*>(&sm.stage[s * kLdStage + d]);
           *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accK(i) + a.x, accK(i + 1) + a.y);
         }
       });
@@ -297,12 +308,18 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   }
   if (!wantDg) return;
   __syncthreads();
-  if (tid == 0) {  // dg_t = Z + sum_{t' >= t} db_t' (reverse cumsum in double)
-    double acc = p.zpart[int64_t(blockIdx.x) * H + h];
-    for (int t = C - 1; t >= 0; --t) {
-      acc += sm.db[t];
-      if (t < rows) p.dg[(tok0 + t) * H + h] = float(acc);
+  if (tid < 32) {  // dg_t = Z + sum_{t' >= t} db_t': a suffix scan in double, lane l owns 2l, 2l + 1
+    const int lane = tid, t0 = 2 * lane;
+    const double d0 = sm.db[t0], d1 = sm.db[t0 + 1];
+    double suffix = d0 + d1;  // becomes the sum over lanes >= lane, in a fixed order
+    CUTE_UNROLL
+    for (int o = 1; o < 32; o <<= 1) {
+      const double x = __shfl_down_sync(0xffffffffu, suffix, o);
+      if (lane + o < 32) suffix += x;
     }
+    const double z = p.zpart[int64_t(blockIdx.x) * H + h];
+    if (t0 < rows) p.dg[(tok0 + t0) * H + h] = float(z + suffix);
+    if (t0 + 1 < rows) p.dg[(tok0 + t0 + 1) * H + h] = float(z + (suffix - d0));
   }
 }
 
