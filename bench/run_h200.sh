@@ -220,9 +220,12 @@ lab() {
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
   [ -z "$warm_pid" ] && return 0
-  TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 200 python3 bench/fla_bench.py "${BYPASS[@]}" \
-    > "$OUT/fla_bench.jsonl" 2> /tmp/fla_bench.err
-  echo "fla ops rc=$? ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
+  : > "$OUT/fla_bench.jsonl"
+  for c in $FLA_OPS; do
+    TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" \
+      >> "$OUT/fla_bench.jsonl" 2>> /tmp/fla_bench.err || echo "fla op $c failed or timed out"
+  done
+  echo "fla ops done ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
   cat "$OUT/fla_bench.jsonl"
 }
 
