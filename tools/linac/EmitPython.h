@@ -1,0 +1,16 @@
+// The generated part of an emitted package's PyTorch package (`linac emit`): python/linac_kernels/
+// ops.py, one fla-style function chunk_<variant> per matrix-state variant over the torch.library
+// ops that runtime/capi/python/linac_kernels/_recurrence.py registers from the variant's kind.
+#pragma once
+
+#include "EmitCApi.h"
+
+#include <string>
+#include <vector>
+
+namespace linac::cli {
+
+/// python/linac_kernels/ops.py for these variants.
+std::string emitPythonOps(const std::vector<CApiVariant>& variants);
+
+}  // namespace linac::cli
