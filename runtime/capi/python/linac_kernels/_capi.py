@@ -63,12 +63,11 @@ def _load():
 LIB = _load()
 
 
-def function(name, before_scale, after_scale):
-    """The C function `name` of a matrix-state variant: `before_scale` linac_tensor pointers (q, k,
-    v and the gates), the float scale, `after_scale` more pointers, then the stream."""
+def function(name, parameters):
+    """The C function `name` of the library, taking `parameters` (ctypes types) and the stream."""
     fn = getattr(LIB, name)
     fn.restype = ctypes.c_int
-    fn.argtypes = [TensorPtr] * before_scale + [ctypes.c_float] + [TensorPtr] * after_scale + [ctypes.c_void_p]
+    fn.argtypes = list(parameters) + [ctypes.c_void_p]
     return fn
 
 

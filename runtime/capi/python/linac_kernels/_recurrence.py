@@ -9,11 +9,11 @@ Both have CPU and CUDA kernels (the C API picks its backend by the tensors' devi
 kernels, so torch.compile traces them; the forward's autograd formula calls the backward op.
 final_state and d_initial_state are always computed: they are small beside o and d_q.
 """
-import contextlib
+import ctypes
 
 import torch
 
-from . import _capi
+from . import _args, _capi
 
 _LIBRARY = torch.library.Library("linac", "FRAGMENT")
 
@@ -31,22 +31,12 @@ def gate_names(decay, update, readout):
         (["u"] if readout == "exclusive_bonus" else [])
 
 
-def _require_dims(t, name, dims, function):
-    if t.dim() != len(dims):
-        raise ValueError(f"{function}: {name} has shape {list(t.shape)}, expected [{', '.join(dims)}]")
-
-
 def _output_shapes(q, v, cu_seqlens, function):
     """o's shape [B, T, H, dv] and the states' [N, H, dk, dv]."""
-    _require_dims(q, "q", ("B", "T", "H", "dk"), function)
-    _require_dims(v, "v", ("B", "T", "H", "dv"), function)
+    _args.require_dims(function, "q", q, ("B", "T", "H", "dk"))
+    _args.require_dims(function, "v", v, ("B", "T", "H", "dv"))
     batch, _, heads, key_dim = q.shape
-    num_seqs = batch if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    return (*q.shape[:3], v.shape[3]), (num_seqs, heads, key_dim, v.shape[3])
-
-
-def _device_guard(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    return (*q.shape[:3], v.shape[3]), (_args.num_seqs(batch, cu_seqlens), heads, key_dim, v.shape[3])
 
 
 class _Op:
@@ -63,10 +53,11 @@ class _Op:
         _LIBRARY.define(f"{variant}_bwd({inputs}, Tensor d_o, Tensor? d_final_state) -> "
                         f"(Tensor d_q, Tensor d_k, Tensor d_v, {d_gates}Tensor d_initial_state)")
         n = 3 + len(self.gates)
+        tensors = [_capi.TensorPtr] * n + [ctypes.c_float]
         # After the scale: initial_state, cu_seqlens, o, final_state / initial_state, cu_seqlens,
         # d_o, d_final_state, d_q, d_k, d_v, d_<gates>, d_initial_state.
-        self.c_forward = _capi.function(f"linac_{variant}_forward", n, 4)
-        self.c_backward = _capi.function(f"linac_{variant}_backward", n, 4 + n + 1)
+        self.c_forward = _capi.function(f"linac_{variant}_forward", tensors + [_capi.TensorPtr] * 4)
+        self.c_backward = _capi.function(f"linac_{variant}_backward", tensors + [_capi.TensorPtr] * (4 + n + 1))
         qualified = f"linac::{variant}"
         for device in ("CPU", "CUDA"):
             _LIBRARY.impl(f"{variant}_fwd", self._forward, device)
@@ -96,7 +87,7 @@ class _Op:
         o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
         final_state = torch.empty(state_shape, dtype=torch.float32, device=q.device)
         inputs, optional = self._views(q, k, v, gates, initial_state, cu_seqlens)
-        with _device_guard(q.device):
+        with _args.device_guard(q.device):
             _capi.call(self.c_forward, [*inputs, scale, *optional, _capi.view(o, "o"),
                                         _capi.view(final_state, "final_state"), _capi.stream(q.device)])
         return o, final_state
@@ -114,7 +105,7 @@ class _Op:
         grads.append(torch.empty(state_shape, dtype=torch.float32, device=q.device))
         names = ["d_q", "d_k", "d_v"] + [f"d_{g}" for g in self.gates] + ["d_initial_state"]
         inputs, optional = self._views(q, k, v, gates, initial_state, cu_seqlens)
-        with _device_guard(q.device):
+        with _args.device_guard(q.device):
             _capi.call(self.c_backward, [*inputs, scale, *optional, _capi.view(d_o, "d_o"),
                                          _capi.view(d_final_state, "d_final_state"),
                                          *[_capi.view(t, name) for t, name in zip(grads, names)],
@@ -146,38 +137,16 @@ class _Op:
     def __call__(self, q, k, v, gates, scale, initial_state, output_final_state, cu_seqlens):
         """The fla-style call: checks what the ops cannot say as well, converts the gates, the
         initial state and cu_seqlens to the C API's dtypes, and runs the forward op."""
-        if not isinstance(q, torch.Tensor):
-            raise TypeError(f"{self.function}: q is {type(q).__name__}, expected a torch.Tensor")
-        if q.dtype not in _capi.VALUE_DTYPES:
-            raise TypeError(f"{self.function}: q is {q.dtype}; the kernels take "
-                            f"{', '.join(str(d) for d in _capi.VALUE_DTYPES)}")
-        named = {"k": k, "v": v, **gates, "initial_state": initial_state, "cu_seqlens": cu_seqlens}
-        for name, t in named.items():
-            if t is None and name in ("initial_state", "cu_seqlens"):
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{self.function}: {name} is {type(t).__name__}, expected a torch.Tensor")
-            if t.device != q.device:
-                raise ValueError(f"{self.function}: {name} is on {t.device} but q is on {q.device}; "
-                                 "put every tensor on q's device")
-        gate_values = [self._float32(gates[name], name) for name in self.gates]
-        if initial_state is not None:
-            initial_state = self._float32(initial_state, "initial_state")
-        if cu_seqlens is not None:
-            if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype.is_complex or cu_seqlens.dtype == torch.bool:
-                raise TypeError(f"{self.function}: cu_seqlens is {cu_seqlens.dtype}, expected an integer tensor (int64)")
-            cu_seqlens = cu_seqlens.to(torch.int64)
+        _args.check_first(self.function, "q", q)
+        _args.check_devices(self.function, "q", q, {"k": k, "v": v, **gates, "initial_state": initial_state,
+                                                    "cu_seqlens": cu_seqlens})
+        gate_values = [_args.as_float32(self.function, name, gates[name]) for name in self.gates]
+        initial_state = _args.as_float32(self.function, "initial_state", initial_state)
+        cu_seqlens = _args.as_offsets(self.function, cu_seqlens)
         if scale is None:
             scale = q.shape[-1] ** -0.5
         o, final_state = self.forward_op(q, k, v, *gate_values, float(scale), initial_state, cu_seqlens)
         return o, (final_state if output_final_state else None)
-
-    def _float32(self, t, name):
-        """Gates and states are float32 in the kernels; other floating dtypes are converted (the
-        gradient flows back in the caller's dtype)."""
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{self.function}: {name} is {t.dtype}, expected a floating-point tensor (float32)")
-        return t.to(torch.float32)
 
 
 def register(variant, decay, update, readout):
