@@ -1,11 +1,13 @@
-// `linac emit` end to end, as a user outside linac would take it: emit gated_deltanet's package to
-// a fresh folder, configure, build and install it with CMake (once, for the suite), then
+// `linac emit` end to end, as a user outside linac would take it: emit gated_deltanet's (and
+// hgrn's) package to a fresh folder, configure, build and install it with CMake (once for the
+// suite), then
 //  - build a C program against the installed package through find_package (consumer/) and check
 //    what it computes through the C API (forward, backward, T decode steps) against the float64
 //    oracle on random inputs; the program also makes bad calls that the C API must refuse,
 //    naming the argument;
 //  - run python/ops_test.py on the installed PyTorch package (linac_kernels): fla-style
-//    chunk_gated_deltanet against a float64 recurrence, autograd, torch.library, refusals.
+//    chunk_gated_deltanet and chunk_hgrn against float64 recurrences, autograd, torch.library,
+//    refusals.
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +25,8 @@ namespace {
 
 /// The spec packaged: the delta rule with a per-token decay (q, k, v, g, beta).
 constexpr const char* kSpec = LINAC_SOURCE_DIR "/specs/gated_deltanet.yaml";
+/// Packaged beside it for the Python test: the vector-state scan (x, g).
+constexpr const char* kScanSpec = LINAC_SOURCE_DIR "/specs/hgrn.yaml";
 /// Build jobs of the package's build (CI machines have 2 cores).
 constexpr int kBuildJobs = 2;
 
@@ -81,14 +85,15 @@ torch::Tensor readFloats(std::ifstream& in, torch::IntArrayRef shape) {
 
 std::string generatorFlag() { return std::string(" -G \"") + LINAC_CMAKE_GENERATOR + "\""; }
 
-/// gated_deltanet's package, emitted, built and installed once for the tests that use it.
+/// gated_deltanet's and hgrn's package, emitted, built and installed once for the tests that use it.
 class InstalledPackage : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
     work_ = new TempDir;
     const TempDir& work = *work_;
     const std::string package = work / "package", build = work / "build";
-    installed_ = run(std::string(LINAC_BIN) + " emit " + kSpec + " --out " + package, work / "emit.log") &&
+    installed_ = run(std::string(LINAC_BIN) + " emit " + kSpec + " " + kScanSpec + " --out " + package,
+                     work / "emit.log") &&
                  run("cmake -S " + package + " -B " + build + generatorFlag() +
                          " -DCMAKE_BUILD_TYPE=Release -DLINAC_KERNELS_PYTHON=ON -DLINAC_KERNELS_PYTHON_DIR=" +
                          kPythonDir,

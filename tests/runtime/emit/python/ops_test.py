@@ -1,7 +1,8 @@
-"""The PyTorch package of an emitted gated_deltanet package (linac_kernels on PYTHONPATH; run by
-emit_package_test.cpp after it installs the package): chunk_gated_deltanet against a float64
-per-token recurrence written here, autograd against that recurrence's gradients and against
-finite differences, the torch.library registration, and the refusals of bad arguments.
+"""The PyTorch package of an emitted gated_deltanet + hgrn package (linac_kernels on PYTHONPATH;
+run by emit_package_test.cpp after it installs the package): chunk_gated_deltanet and chunk_hgrn
+against float64 per-token recurrences written here, autograd against those recurrences'
+gradients and against finite differences, the torch.library registration, and the refusals of
+bad arguments.
 
 The C API computes in float32, bfloat16 or float16 (no float64), so gradcheck runs in float32
 with loose tolerances; the float64 reference checks the gradients tightly.
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import linac_kernels
-from linac_kernels.ops import chunk_gated_deltanet
+from linac_kernels.ops import chunk_gated_deltanet, chunk_hgrn
 
 SEED = int(os.environ.get("LINAC_TEST_SEED", random.randrange(2**31)))
 # rel-RMS gates against the float64 reference (the C++ kernel tests' kTolF32 and kTolHalf).
@@ -154,6 +155,78 @@ class ChunkGatedDeltaNet(unittest.TestCase):
             with self.subTest(pattern=pattern), self.assertRaisesRegex(error, pattern):
                 chunk_gated_deltanet(*args, **kwargs)
 
+class ChunkHgrn(unittest.TestCase):
+    """The vector-state scan: x, g, h [B, T, D], states [N, D]."""
+
+    D = 24
+
+    def setUp(self):
+        torch.manual_seed(SEED)
+
+    @staticmethod
+    def reference(x, g, initial_state, cu_seqlens=None):
+        """h_t = exp(g_t) * h_{t-1} + x_t per channel, in float64."""
+        x, g = x.double(), g.double()
+        batch, tokens, _ = x.shape
+        spans = [(b, 0, tokens) for b in range(batch)] if cu_seqlens is None else \
+            [(0, int(s), int(e)) for s, e in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+        rows = [[None] * tokens for _ in range(batch)]
+        states = []
+        for n, (b, start, end) in enumerate(spans):
+            h = initial_state[n].double()
+            for t in range(start, end):
+                h = g[b, t].exp() * h + x[b, t]
+                rows[b][t] = h
+            states.append(h)
+        return torch.stack([torch.stack(row) for row in rows]), torch.stack(states)
+
+    def inputs(self, batch=B, tokens=T, states=None):
+        x = torch.randn(batch, tokens, self.D)
+        g = F.logsigmoid(torch.randn(batch, tokens, self.D))
+        return x, g, torch.randn(batch if states is None else states, self.D)
+
+    def test_forward_and_gradients_match_the_float64_scan(self):
+        leaves = [t.requires_grad_() for t in self.inputs()]
+        h, ht = chunk_hgrn(*leaves[:2], initial_state=leaves[2], output_final_state=True)
+        want_h, want_ht = self.reference(*leaves)
+        self.assertLess(rel_rms(h, want_h), TOL_F32)
+        self.assertLess(rel_rms(ht, want_ht), TOL_F32)
+        d_h, d_ht = torch.randn_like(h), torch.randn_like(ht)
+        got = torch.autograd.grad((h * d_h).sum() + (ht * d_ht).sum(), leaves)
+        want = torch.autograd.grad((want_h * d_h.double()).sum() + (want_ht * d_ht.double()).sum(), leaves)
+        for name, a, b in zip(("x", "g", "initial_state"), got, want):
+            self.assertLess(rel_rms(a, b), TOL_F32, f"d {name}")
+
+    def test_packed_sequences_follow_cu_seqlens(self):
+        x, g, h0 = self.inputs(batch=1, states=2)
+        cu_seqlens = torch.tensor([0, 30, T])
+        h, ht = chunk_hgrn(x, g, initial_state=h0, output_final_state=True, cu_seqlens=cu_seqlens)
+        want_h, want_ht = self.reference(x, g, h0, cu_seqlens)
+        self.assertLess(rel_rms(h, want_h), TOL_F32)
+        self.assertLess(rel_rms(ht, want_ht), TOL_F32)
+
+    def test_gradcheck_float32(self):
+        leaves = [t.requires_grad_() for t in self.inputs(batch=1, tokens=5)]
+        with warnings.catch_warnings():  # gradcheck's advice to use float64, which the kernels lack
+            warnings.filterwarnings("ignore", message=r"Input #\d+ requires gradient and is not a double")
+            self.assertTrue(torch.autograd.gradcheck(
+                lambda x, g, h0: chunk_hgrn(x, g, initial_state=h0, output_final_state=True), leaves, **GRADCHECK))
+
+    def test_bad_arguments_are_refused_naming_them(self):
+        x, g, _ = self.inputs()
+        refusals = [
+            (TypeError, r"chunk_hgrn: x is torch\.float64", (x.double(), g), {}),
+            (ValueError, r"g has shape \[2, 70, 23\], expected \[B, T, D\]", (x, g[..., 1:]), {}),
+            (ValueError, r"chunk_hgrn: g is on meta but x is on cpu", (x, g.to("meta")), {}),
+            (ValueError, r"cu_seqlens ends at 69, expected T = 70", (x[:1], g[:1]),
+             {"cu_seqlens": torch.tensor([0, T - 1])}),
+        ]
+        for error, pattern, args, kwargs in refusals:
+            with self.subTest(pattern=pattern), self.assertRaisesRegex(error, pattern):
+                chunk_hgrn(*args, **kwargs)
+
+
+class Package(unittest.TestCase):
     def test_the_package_reports_its_backends(self):
         self.assertRegex(linac_kernels.__version__, r"^\d+\.\d+\.\d+$")
         self.assertFalse(linac_kernels.has_cuda(), "the CI package is built for the CPU only")
