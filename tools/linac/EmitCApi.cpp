@@ -21,15 +21,6 @@ std::string joinDeclarations(const std::vector<Param>& params, const std::string
   return out;
 }
 
-/// The gates a matrix-state variant takes beside q, k, v, in the contract's order.
-std::vector<std::string> gates(const CApiVariant& v) {
-  std::vector<std::string> names;
-  if (v.decayClass != "none") names.push_back("g");
-  if (v.update == "delta") names.push_back("beta");
-  if (v.readout == "exclusive_bonus") names.push_back("u");
-  return names;
-}
-
 std::string decayShape(const CApiVariant& v, bool tokens) {
   if (v.decayClass == "fixed") return "[H]";
   if (v.decayClass == "scalar") return tokens ? "[B, T, H]" : "[B, H]";
@@ -129,6 +120,14 @@ std::string enumOf(const std::string& value, const std::string& type) {
 }
 
 }  // namespace
+
+std::vector<std::string> gates(const CApiVariant& v) {
+  std::vector<std::string> names;
+  if (v.decayClass != "none") names.push_back("g");
+  if (v.update == "delta") names.push_back("beta");
+  if (v.readout == "exclusive_bonus") names.push_back("u");
+  return names;
+}
 
 CApiVariant parseManifest(const std::string& manifestJson, const std::string& where) {
   const nlohmann::json j = nlohmann::json::parse(manifestJson, nullptr, /*allow_exceptions=*/false);

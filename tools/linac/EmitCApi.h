@@ -19,6 +19,10 @@ struct CApiVariant {
   std::string readout;     // inclusive | exclusive_bonus
 };
 
+/// The gates a matrix-state variant takes beside q, k, v, in the contract's order: the log-decay
+/// g (unless the decay class is none), the delta rule's beta, the exclusive readout's bonus u.
+std::vector<std::string> gates(const CApiVariant& v);
+
 /// Parses a manifest; throws std::runtime_error naming `where` when a field is missing.
 CApiVariant parseManifest(const std::string& manifestJson, const std::string& where);
 

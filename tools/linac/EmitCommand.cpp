@@ -1,5 +1,5 @@
 // `linac emit SPEC... --out DIR [--backends cpu,cuda]`: a self-contained source package of the
-// specs' kernels with a C API and a CMake package (EmitPackage.h). The generated code comes from
+// specs' kernels with a C API, a CMake package and a PyTorch package (EmitPackage.h). The generated code comes from
 // generated/<variant>/ when it was generated from this version of the spec, else (in a build
 // with the compiler) from compiling the spec now.
 #include "Commands.h"
@@ -105,8 +105,9 @@ int runEmit(const EmitFlags& f) {
 Command addEmitCommand(CLI::App& root) {
   auto f = std::make_shared<EmitFlags>();
   CLI::App* app = root.add_subcommand(
-      "emit", "a source package of the specs' kernels: a shared library with a C API (include/linac_kernels.h) "
-              "and a CMake package (find_package(linac_kernels) -> linac::kernels)");
+      "emit", "a source package of the specs' kernels: a shared library with a C API (include/linac_kernels.h), "
+              "a CMake package (find_package(linac_kernels) -> linac::kernels) and, where python3 imports "
+              "torch, a PyTorch package (linac_kernels: fla-style chunk_<variant> functions)");
   app->add_option("SPEC", f->specs, "the linear variant specs (YAML) whose kernels are packaged")->required();
   app->add_option("--out", f->out, "the package folder to write")->required();
   app->add_option("--backends", f->backends, "comma-separated: cpu (always built) and cuda (adds the CUDA sources)")

@@ -1,5 +1,7 @@
 #include "EmitPackage.h"
 
+#include "EmitPython.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -74,6 +76,12 @@ void writePackage(const std::vector<PackagedVariant>& variants, const PackageOpt
     writeText(out / "generated" / v.api.name / (v.api.name + ".h"), v.header);
     writeText(out / "src" / (v.api.name + "_capi.cpp"), emitCApiSource(v.api));
   }
+  const fs::path python = out / "python" / "linac_kernels";
+  fs::create_directories(python);
+  for (const char* file : {"__init__.py", "_args.py", "_capi.py", "_recurrence.py", "_scan.py"})
+    fs::copy_file(capi / "python" / "linac_kernels" / file, python / file);
+  writeText(python / "ops.py", emitPythonOps(apis));
+
   fs::create_directories(out / "include");
   fs::copy_file(capi / "linac_capi.h", out / "include" / "linac_capi.h");
   writeText(out / "include" / "linac_kernels.h", emitCApiHeader(apis, options.version));

@@ -1,12 +1,14 @@
 // `linac emit`'s package writer: a self-contained source folder that builds the kernels of some
-// variants into a shared library with a C API and installs it as a CMake package
-// (find_package(linac_kernels CONFIG) -> linac::kernels). What goes in:
+// variants into a shared library with a C API, installs it as a CMake package
+// (find_package(linac_kernels CONFIG) -> linac::kernels) and, beside it, a PyTorch package over
+// the C API (python/linac_kernels). What goes in:
 //   CMakeLists.txt, cmake/linac_kernelsConfig.cmake.in   (runtime/capi/package/)
 //   include/linac_capi.h (runtime/capi/), include/linac_kernels.h (EmitCApi)
 //   src/capi*.{h,cpp} (runtime/capi/), src/<variant>_capi.cpp (EmitCApi)
 //   generated/<variant>/<variant>.h                      (the compiled spec's header)
 //   kernels/common, kernels/cpu                           (runtime/kernels/)
 //   kernels/cuda (with hopper/) when the CUDA backend is asked for
+//   python/linac_kernels/*.py (runtime/capi/python/), python/linac_kernels/ops.py (EmitPython)
 #pragma once
 
 #include "EmitCApi.h"

@@ -1,8 +1,13 @@
-// `linac emit` end to end, as a user outside linac would take it: emit gated_deltanet's package to
-// a fresh folder, configure, build and install it with CMake, build a C program against the
-// installed package through find_package (consumer/), and check what the program computes
-// through the C API (forward, backward, T decode steps) against the float64 oracle on random
-// inputs. The program also makes bad calls that the C API must refuse, naming the argument.
+// `linac emit` end to end, as a user outside linac would take it: emit gated_deltanet's (and
+// hgrn's) package to a fresh folder, configure, build and install it with CMake (once for the
+// suite), then
+//  - build a C program against the installed package through find_package (consumer/) and check
+//    what it computes through the C API (forward, backward, T decode steps) against the float64
+//    oracle on random inputs; the program also makes bad calls that the C API must refuse,
+//    naming the argument;
+//  - run python/ops_test.py on the installed PyTorch package (linac_kernels): fla-style
+//    chunk_gated_deltanet and chunk_hgrn against float64 recurrences, autograd, torch.library,
+//    refusals.
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +25,8 @@ namespace {
 
 /// The spec packaged: the delta rule with a per-token decay (q, k, v, g, beta).
 constexpr const char* kSpec = LINAC_SOURCE_DIR "/specs/gated_deltanet.yaml";
+/// Packaged beside it for the Python test: the vector-state scan (x, g).
+constexpr const char* kScanSpec = LINAC_SOURCE_DIR "/specs/hgrn.yaml";
 /// Build jobs of the package's build (CI machines have 2 cores).
 constexpr int kBuildJobs = 2;
 
@@ -76,20 +83,48 @@ torch::Tensor readFloats(std::ifstream& in, torch::IntArrayRef shape) {
   return t.to(torch::kFloat64);
 }
 
-TEST(EmitPackage, BuildsInstallsAndMatchesTheOracleThroughFindPackage) {
-  const TempDir work;
-  const std::string package = work / "package", prefix = work / "prefix", build = work / "build";
-  const std::string consumer = work / "consumer";
-  const std::string generator = std::string(" -G \"") + LINAC_CMAKE_GENERATOR + "\"";
+std::string generatorFlag() { return std::string(" -G \"") + LINAC_CMAKE_GENERATOR + "\""; }
 
-  ASSERT_TRUE(run(std::string(LINAC_BIN) + " emit " + kSpec + " --out " + package, work / "emit.log"));
+/// gated_deltanet's and hgrn's package, emitted, built and installed once for the tests that use it.
+class InstalledPackage : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    work_ = new TempDir;
+    const TempDir& work = *work_;
+    const std::string package = work / "package", build = work / "build";
+    installed_ = run(std::string(LINAC_BIN) + " emit " + kSpec + " " + kScanSpec + " --out " + package,
+                     work / "emit.log") &&
+                 run("cmake -S " + package + " -B " + build + generatorFlag() +
+                         " -DCMAKE_BUILD_TYPE=Release -DLINAC_KERNELS_PYTHON=ON -DLINAC_KERNELS_PYTHON_DIR=" +
+                         kPythonDir,
+                     work / "configure.log") &&
+                 run("cmake --build " + build + " -j " + std::to_string(kBuildJobs), work / "build.log") &&
+                 run("cmake --install " + build + " --prefix " + (work / "prefix"), work / "install.log");
+  }
+  static void TearDownTestSuite() {
+    delete work_;
+    work_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(installed_) << "emitting, building or installing the package failed"; }
+
+  /// The installed PyTorch package's folder, relative to the prefix (LINAC_KERNELS_PYTHON_DIR).
+  static constexpr const char* kPythonDir = "python";
+  static const TempDir& work() { return *work_; }
+  static std::string prefix() { return *work_ / "prefix"; }
+
+private:
+  static inline TempDir* work_ = nullptr;
+  static inline bool installed_ = false;
+};
+
+TEST_F(InstalledPackage, CConsumerMatchesTheOracleThroughFindPackage) {
+  const TempDir& work = InstalledPackage::work();
+  const std::string package = work / "package", prefix = InstalledPackage::prefix();
+  const std::string consumer = work / "consumer";
+
   ASSERT_TRUE(exists(package + "/include/linac_kernels.h"));
   EXPECT_FALSE(exists(package + "/kernels/cuda")) << "CUDA sources emitted without --backends cuda";
-  ASSERT_TRUE(run("cmake -S " + package + " -B " + build + generator + " -DCMAKE_BUILD_TYPE=Release",
-                  work / "configure.log"));
-  ASSERT_TRUE(run("cmake --build " + build + " -j " + std::to_string(kBuildJobs), work / "build.log"));
-  ASSERT_TRUE(run("cmake --install " + build + " --prefix " + prefix, work / "install.log"));
-  ASSERT_TRUE(run("cmake -S " + std::string(CONSUMER_DIR) + " -B " + consumer + generator +
+  ASSERT_TRUE(run("cmake -S " + std::string(CONSUMER_DIR) + " -B " + consumer + generatorFlag() +
                       " -DCMAKE_PREFIX_PATH=" + prefix,
                   work / "consumer-configure.log"));
   ASSERT_TRUE(run("cmake --build " + consumer, work / "consumer-build.log"));
@@ -146,6 +181,13 @@ TEST(EmitPackage, BuildsInstallsAndMatchesTheOracleThroughFindPackage) {
     EXPECT_NE(log.find(refusal), std::string::npos) << "missing refusal '" << refusal << "' in:\n" << log;
 }
 
+TEST_F(InstalledPackage, PythonOpsMatchTheRecurrenceAndRefuseBadArguments) {
+  const std::string python = prefix() + "/" + kPythonDir;
+  for (const char* file : {"__init__.py", "_capi.py", "_recurrence.py", "ops.py", "liblinac_kernels.so"})
+    ASSERT_TRUE(exists(python + "/linac_kernels/" + file)) << file << " missing from the installed Python package";
+  EXPECT_TRUE(run("PYTHONPATH=" + python + " python3 " + PYTHON_OPS_TEST, work() / "python.log"));
+}
+
 TEST(EmitPackage, CudaBackendAddsTheCudaSourcesAndAttentionIsRefused) {
   const TempDir work;
   const std::string package = work / "package";
@@ -153,7 +195,8 @@ TEST(EmitPackage, CudaBackendAddsTheCudaSourcesAndAttentionIsRefused) {
                   work / "emit.log"));
   for (const char* file : {"kernels/cuda/cuda_kernels.h", "kernels/cuda/chunk_forward.cu",
                            "kernels/cuda/hopper/forward.cu", "kernels/cpu/chunk_forward.cpp",
-                           "generated/gated_deltanet/gated_deltanet.h", "src/gated_deltanet_capi.cpp"})
+                           "generated/gated_deltanet/gated_deltanet.h", "src/gated_deltanet_capi.cpp",
+                           "python/linac_kernels/ops.py"})
     EXPECT_TRUE(exists(package + "/" + file)) << file << " missing from a --backends cpu,cuda package";
   EXPECT_NE(readText(package + "/CMakeLists.txt").find("option(LINAC_KERNELS_CUDA \"Build the CUDA backend\" ON)"),
             std::string::npos);
