@@ -64,7 +64,11 @@ void registerPlan(torch::nn::Module& module, const Plan& plan,
 /// (or preset.intermediate when given).
 int64_t intermediateSize(const spec::PresetSpec& preset);
 
-/// x [..., D] * rsqrt(mean(x^2) + eps) * weight [D]; computed in x's dtype.
+/// x [..., D] * rsqrt(mean(x^2) + eps) * weight [D] through ATen's rms_norm (on CUDA its fused
+/// kernel, forward and backward), accumulated in fp32. The result has x's dtype, except under
+/// autocast for x's device where a bf16 / fp16 x is normalised in fp32 and gives fp32 (what
+/// autocast made of the composed formula the model used before). weight is cast to the dtype
+/// computed in.
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps = kNormEps);
 
 /// Rotary position embedding (fla's RotaryEmbedding, non-interleaved: rotate halves) on

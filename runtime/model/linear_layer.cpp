@@ -133,7 +133,8 @@ torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
   const int64_t H = dims_.heads, dv = dims_.valueDim;
   switch (layer_->norm) {
   case runtime::NormKind::None: return o;
-  case runtime::NormKind::RMSNorm: return rmsNorm(o, param("norm_weight"));  // per head over dv
+  case runtime::NormKind::RMSNorm:  // per head over dv; rmsNorm casts the weight to the dtype it computes in
+    return rmsNorm(o, params_.at("norm_weight").to(o.device()));
   case runtime::NormKind::GroupNorm: {  // per-head layer norm, affine over all H * dv channels
     torch::Tensor mean = o.mean(-1, true), var = (o - mean).pow(2).mean(-1, true);
     torch::Tensor y = (o - mean) * torch::rsqrt(var + kNormEps);  // [B, T, H, dv]
