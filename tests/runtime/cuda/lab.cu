@@ -8,7 +8,8 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--bench-rows TEXT]
+//                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--hopper-wide]
+//                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
 //                 an H200); the backward timings show it beside the mma.sync path either way
@@ -17,6 +18,8 @@
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
 //   --hopper-block-inverse  the delta rule's forward cases take the opt-in blockwise (I + A)^-1
 //                 (LINAC_HOPPER_BLOCK_INVERSE=1); the forward timings show it beside the default
+//   --hopper-wide the forward takes key dim 256 and value dims above 256 on the Hopper stages
+//                 (LINAC_HOPPER_WIDE=1; the dk 256 cases, and the fwd-only wide-head cases)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -803,6 +806,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-late")) setenv("LINAC_HOPPER_LATE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -888,6 +892,10 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 1000, 1, 128, 256, {}});
             // more value blocks than fit two per SM at BV = 32: the state stage takes BV = 64
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 4, 130, 40, 64, 128, {}});
+            // wide heads (--hopper-wide takes them on the Hopper stages): Gated DeltaNet's 340m
+            // head dims, varlen, and fp16 at dk 256
+            runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 512, {0, 70, 150}});
+            runChunkCase({{de, up, Readout::Inclusive}, DType::F16, 2, 100, 1, 256, 128, {}});
           }
       }
       if (!fwd_only)

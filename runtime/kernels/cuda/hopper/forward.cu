@@ -1,5 +1,7 @@
 // The Hopper forward's entry points: which calls it takes, and the dispatch over element type, key
-// dim and decay class to the instantiations in forward_<dtype>_k<dk>.cu.
+// dim and decay class to the instantiations in forward_<dtype>_k<dk>.cu. Key dim 256 and value
+// dims above 256 (Gated DeltaNet at the 340m and 1.3b presets: dk 256, dv 512) are opt-in with
+// LINAC_HOPPER_WIDE=1 until they have run on an H200 (their state stage spills at dk 256).
 #include "hopper_forward.h"
 
 #include "../cuda_check.h"
@@ -53,17 +55,37 @@ void runDecay(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens
   }
 }
 
+/// Key dim 256: decay none / fixed / scalar (the diagonal decay's preparation takes 64 and 128).
+template <class T>
+void runWideKeys(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens, int64_t slots,
+                 cudaStream_t stream) {
+  const bool delta = kind.update == UpdateRule::Delta;
+  switch (kind.decay) {
+    case DecayClass::None: runStages<T, 256, NoDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Fixed: runStages<T, 256, FixedDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Scalar: runStages<T, 256, ScalarDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: a diagonal decay at key dim 256");
+  }
+}
+
 template <class T>
 void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_dim,
                int64_t tokens, int64_t slots, cudaStream_t stream) {
   if (key_dim == 64) runDecay<T, 64>(kind, p, tokens, slots, stream);
-  else runDecay<T, 128>(kind, p, tokens, slots, stream);
+  else if (key_dim == 128) runDecay<T, 128>(kind, p, tokens, slots, stream);
+  else runWideKeys<T>(kind, p, tokens, slots, stream);
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
 bool diagonalEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_DIAG");
   return env == nullptr || std::string(env) != "0";
+}
+
+/// Key dim 256 and value dims above 256, only with LINAC_HOPPER_WIDE=1 (not yet run on an H200).
+bool wideEnabled() {
+  const char* env = std::getenv("LINAC_HOPPER_WIDE");
+  return env != nullptr && std::string(env) == "1";
 }
 
 }  // namespace
@@ -75,10 +97,13 @@ bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceS
   } else if (kind.readout != Readout::Inclusive) {
     return false;
   }
-  if (s.key_dim != 64 && s.key_dim != 128) return false;
+  const bool wide = s.key_dim == 256 || s.value_dim > 256;
+  if (wide && !wideEnabled()) return false;
+  if (s.key_dim != 64 && s.key_dim != 128 && (s.key_dim != 256 || kind.decay == DecayClass::Diagonal))
+    return false;
   if (s.value_dim % kValueBlock != 0) return false;
   if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
-      s.value_dim != 256)
+      s.value_dim != 256 && s.value_dim != 512)
     return false;
   if (const char* env = std::getenv("LINAC_HOPPER"); env != nullptr && std::string(env) == "0")
     return false;

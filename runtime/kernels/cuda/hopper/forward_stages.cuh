@@ -60,28 +60,36 @@ bool useLateLoads() {
 }
 
 /// The state stage with BV = 32 where every CTA of the smaller blocks is resident at once (two per
-/// SM: twice the warps to hide each other's latency), else BV = 64.
+/// SM: twice the warps to hide each other's latency), else BV = 64. At dk 256 the state's
+/// accumulator is DK x BV fp32 over one warpgroup (64 registers a thread at BV = 32, 128 at
+/// BV = 64, where ptxas spills ~1 KB), so BV = 32 always; and two stages of q, k and w (192 KB)
+/// leave no room for the value tiles, so the delta rule keeps one stage of q / w (late loads)
+/// whatever the decay (170-175 KB: one CTA per SM).
 template <class T, int DK, class Decay, bool kDelta>
 void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
-  static const int smCount = [] {
-    int device = 0, count = 0;
-    LINAC_CUDA_CHECK(cudaGetDevice(&device));
-    LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
   constexpr int kNarrow = kNarrowValueBlock;
-  const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
-  if constexpr (kDelta) {
-    if (useLateLoads<Decay>() &&
-        narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {
-      launchStateOutputBlock<T, DK, kNarrow, Decay, true, true>(p, stream);
-      return;
+  if constexpr (DK > 128) {
+    launchStateOutputBlock<T, DK, kNarrow, Decay, kDelta, kDelta>(p, stream);
+  } else {
+    static const int smCount = [] {
+      int device = 0, count = 0;
+      LINAC_CUDA_CHECK(cudaGetDevice(&device));
+      LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+      return count;
+    }();
+    const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
+    if constexpr (kDelta) {
+      if (useLateLoads<Decay>() &&
+          narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {
+        launchStateOutputBlock<T, DK, kNarrow, Decay, true, true>(p, stream);
+        return;
+      }
     }
+    if (narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, kDelta, false>()) * smCount)
+      launchStateOutputBlock<T, DK, kNarrow, Decay, kDelta>(p, stream);
+    else
+      launchStateOutputBlock<T, DK, kValueBlock, Decay, kDelta>(p, stream);
   }
-  if (narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, kDelta, false>()) * smCount)
-    launchStateOutputBlock<T, DK, kNarrow, Decay, kDelta>(p, stream);
-  else
-    launchStateOutputBlock<T, DK, kValueBlock, Decay, kDelta>(p, stream);
 }
 
 template <class T, int DK, int DV, class Decay>
@@ -101,6 +109,7 @@ void launchPrepareDV(const ForwardParams& p, const PrepareOutputs& out, int64_t 
     case 64: launchPrepare<T, DK, 64, Decay>(p, out, slots, stream); break;
     case 128: launchPrepare<T, DK, 128, Decay>(p, out, slots, stream); break;
     case 256: launchPrepare<T, DK, 256, Decay>(p, out, slots, stream); break;
+    case 512: launchPrepare<T, DK, 512, Decay>(p, out, slots, stream); break;
     default: LINAC_REQUIRE(false, "hopper forward: value_dim " + std::to_string(p.value_dim));
   }
 }
@@ -167,12 +176,16 @@ bool hasHopperCode() {
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper.
-#define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
+// The stages of decay none / fixed / scalar (every key dim), then with the diagonal decay's too
+// (key dims 64 and 128).
+#define LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                         \
   template void runStages<T, DK, NoDecay>(bool, ForwardParams, int64_t, int64_t, cudaStream_t); \
   template void runStages<T, DK, FixedDecay>(bool, ForwardParams, int64_t, int64_t,             \
                                              cudaStream_t);                                     \
   template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, int64_t, int64_t,            \
-                                              cudaStream_t);                                    \
+                                              cudaStream_t);
+#define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
+  LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                                \
   template void runDiagonalStages<T, DK, false>(ForwardParams, int64_t, int64_t, cudaStream_t); \
   template void runDiagonalStages<T, DK, true>(ForwardParams, int64_t, int64_t, cudaStream_t);  \
   template bool hasHopperCode<T, DK>();

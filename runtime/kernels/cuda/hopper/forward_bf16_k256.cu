@@ -1,0 +1,7 @@
+// Hopper forward stages for bf16 inputs, dk = 256 (decay none / fixed / scalar, both update rules;
+// opt-in with LINAC_HOPPER_WIDE=1, forward.cu).
+#include "forward_stages.cuh"
+
+namespace linac::kernels::cuda::hopper {
+LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(cutlass::bfloat16_t, 256)
+}  // namespace linac::kernels::cuda::hopper
