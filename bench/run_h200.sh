@@ -21,10 +21,10 @@
 #     step's time by category and the top kernels ($OUT/profile-<model>.txt), the Chrome traces.
 #
 #   bash bench/run_h200.sh lab [seconds]
-#     the kernel lab (built on another machine with tests/runtime/cuda/run_lab.sh LAB_BUILD_ONLY=1
-#     and carried as build-cuda/linac_cuda_lab, else built in the call): its cases (LAB_ARGS, e.g.
-#     "--no-bench --hopper-bwd --hopper-late" for the opt-in Hopper paths) while fla warms, then
-#     the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
+#     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
+#     build-cuda/linac_cuda_lab.gz, e.g. KEEP_LAB=1's from an earlier call), then its cases
+#     (LAB_ARGS, e.g. "--no-bench --hopper-wide" for an opt-in Hopper path) once fla has warmed
+#     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
@@ -165,29 +165,43 @@ keep_winners() {
   ls -la "$OUT/triton-cache.tgz"
 }
 
-# The kernel lab (carried as build-cuda/linac_cuda_lab, or built here when absent): its cases
-# (LAB_ARGS, default the forward cases) while fla's ops warm Triton's cache (light GPU use beside
-# the autotuning), then, with the GPU to each alone, the lab's timings and fla's ops (one process).
+# The kernel lab (carried as build-cuda/linac_cuda_lab, or built here when absent, while fla's ops
+# warm Triton's cache), then its cases (LAB_ARGS, default the forward cases) once the warm-up is
+# done: fla autotunes with the GPU to itself (autotuned beside the lab's cases it chose configurations
+# 1.5x slower, 2026-12-04), then, with the GPU to each alone, the lab's timings and fla's ops.
 lab() {
   restore_cache
   local target=$ALL warm_pid=
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  [ -f build-cuda/linac_cuda_lab.gz ] && [ ! -x build-cuda/linac_cuda_lab ] && gunzip -k build-cuda/linac_cuda_lab.gz \
-    && chmod +x build-cuda/linac_cuda_lab
-  local prebuilt=0; [ -x build-cuda/linac_cuda_lab ] && prebuilt=1  # else built here, 16 jobs
-  if [ "${CASES:-1}" = 1 ]; then
-    LAB_PREBUILT=${LAB_PREBUILT:-$prebuilt} SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
-      bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} > "$OUT/lab.log" 2>&1
-    echo "lab rc=$? ($((SECONDS - start)) s)"
-    grep -E "FAIL|error|ALL PASS|build took" "$OUT/lab.log" | head -30
+  # LAB_PREBUILT=1: the carried build-cuda/linac_cuda_lab.gz is run; else the lab is built here
+  # (a warm machine keeps an older call's binary, which may not be this tree's)
+  local built_here=0
+  if [ "${LAB_PREBUILT:-0}" = 1 ]; then
+    gunzip -kf build-cuda/linac_cuda_lab.gz && chmod +x build-cuda/linac_cuda_lab || return 1
+  else  # 16 jobs, beside the warm-up (CPU work only)
+    rm -f build-cuda/linac_cuda_lab
+    LAB_BUILD_ONLY=1 OUT=/tmp/linac-lab timeout 300 bash tests/runtime/cuda/run_lab.sh > "$OUT/lab.log" 2>&1
+    local rc=$?
+    grep -E "build took|compile failed" "$OUT/lab.log"
+    [ "$rc" = 0 ] || { echo "lab build failed (rc=$rc)"; grep -E "error" "$OUT/lab.log" | head -20; return 1; }
     cp /tmp/linac-lab/ptxas.log /tmp/linac-lab/sass.log "$OUT/" 2>/dev/null
-    # KEEP_LAB=1: the binary built here comes back, to carry into the next call as
-    # build-cuda/linac_cuda_lab.gz (gunzip it there: run_lab.sh then skips the build).
-    [ "${KEEP_LAB:-0}" = 1 ] && [ "$prebuilt" = 0 ] && gzip -c build-cuda/linac_cuda_lab > "$OUT/linac_cuda_lab.gz"
+    built_here=1
   fi
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
+  warm_pid=
+  if [ "${CASES:-1}" = 1 ]; then
+    LAB_PREBUILT=1 SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
+      bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} >> "$OUT/lab.log" 2>&1
+    echo "lab rc=$? ($((SECONDS - start)) s)"
+    grep -E "FAIL|error|ALL PASS" "$OUT/lab.log" | head -30
+    # the sanitizers' own log (its failing lines, when a check fails under them)
+    [ "${SANITIZE:-0}" = 1 ] && cp /tmp/linac-lab/sanitizer.log "$OUT/" 2>/dev/null
+  fi
+  # KEEP_LAB=1: the binary built here comes back, to carry into the next call as
+  # build-cuda/linac_cuda_lab.gz (gunzip it there: run_lab.sh then skips the build).
+  [ "${KEEP_LAB:-0}" = 1 ] && [ "$built_here" = 1 ] && gzip -c build-cuda/linac_cuda_lab > "$OUT/linac_cuda_lab.gz"
   # PROFILE="ROW:REGEX ..." profiles the first PROFILE_COUNT (default 2) kernels matching REGEX in
   # the lab's timing row ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the
   # GPU otherwise idle; PROFILE_ARGS (default --no-bwd) are the lab's other flags: "" includes the
