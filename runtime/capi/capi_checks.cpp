@@ -88,8 +88,11 @@ CallChecks::CallChecks(const char* function, const linac_tensor* first, const ch
   if (t.device != LINAC_CPU && t.device != LINAC_CUDA)
     fail(std::string(firstName) + " has device " + std::to_string(int(t.device)) +
          "; use LINAC_CPU or LINAC_CUDA");
-  for (int i = 0; i < t.ndim; ++i)
+  for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) fail(std::string(firstName) + " has a negative size " + shapeText(t));
+    if (t.shape[i] == 0)  // an empty call has nothing to compute and no data pointers to check
+      fail(std::string(firstName) + " has an empty dimension " + shapeText(t) + ": every size must be at least 1");
+  }
 #ifndef LINAC_KERNELS_CUDA
   if (t.device == LINAC_CUDA)
     throw UnsupportedError(std::string(function_) + ": " + firstName +

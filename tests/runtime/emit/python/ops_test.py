@@ -150,6 +150,7 @@ class ChunkGatedDeltaNet(unittest.TestCase):
             (ValueError, r"cu_seqlens\[0\] is 1, expected 0", one[:5], {"cu_seqlens": torch.tensor([1, T])}),
             (ValueError, r"B must be 1", (q, k, v, g, beta), {"cu_seqlens": torch.tensor([0, T])}),
             (TypeError, r"cu_seqlens is torch\.float32, expected an integer", one[:5], {"cu_seqlens": torch.tensor([0.0, T])}),
+            (ValueError, r"q has an empty dimension \[2, 0, 2, 8\]", tuple(t[:, :0] for t in (q, k, v, g, beta)), {}),
         ]
         for error, pattern, args, kwargs in refusals:
             with self.subTest(pattern=pattern), self.assertRaisesRegex(error, pattern):
