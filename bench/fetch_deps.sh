@@ -17,4 +17,9 @@ if [ ! -d .fla/site/fla ]; then
   for w in "$tmp"/*.whl; do python3 -m zipfile -e "$w" .fla/site; done
   rm -rf "$tmp"
 fi
-echo "carry: .deps/$(basename .deps/nvidia_cutlass-*.whl) .fla/site"
+# GoogleTest's sources (Debian's googletest package, installed with libgtest-dev by tools/setup.sh)
+# for the GPU tests' build on the H200, whose image has no GoogleTest (run_h200.sh gputests)
+if [ ! -f .deps/googletest/CMakeLists.txt ] && [ -f /usr/src/googletest/CMakeLists.txt ]; then
+  cp -r /usr/src/googletest .deps/googletest
+fi
+echo "carry: .deps/$(basename .deps/nvidia_cutlass-*.whl) .fla/site (gputests: also .deps/googletest)"

@@ -29,6 +29,10 @@
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
 #
+#   bash bench/run_h200.sh gputests [seconds]
+#     the ctest entries labelled gpu (CUDA layers, generation parity, fla import parity) in a
+#     tests-enabled CUDA build; carry .deps/googletest (bench/fetch_deps.sh) and .fla/site.
+#
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
@@ -47,7 +51,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -333,11 +337,39 @@ profiled() {
   done
 }
 
+# The ctest entries labelled gpu (besides the kernel lab, which `lab` runs): CUDA layers, generation
+# parity, fla import parity, ... in a tests-enabled CUDA build (build-gpu-tests), GoogleTest from
+# the carried .deps/googletest (bench/fetch_deps.sh) since the image has none; carry .fla/site for
+# the fla parity. GPU_TESTS (a ctest -R regex) narrows them; GPU_TEST_TARGETS names the executables
+# they need (default the three the gpu entries run today).
+gputests() {
+  local torch_prefix gloo=()
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  [ -f .deps/include/gloo/config.h ] && gloo=(-DLINAC_GLOO_INCLUDE_DIR="$PWD/.deps/include")
+  cmake -S . -B build-gpu-tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINAC_ENABLE_CUDA=ON -DLINAC_ENABLE_TESTS=ON \
+    -DLINAC_ENABLE_COMPILER=OFF -DCMAKE_PREFIX_PATH="$torch_prefix" -DLINAC_CUTLASS_INCLUDE_DIR="$(bash bench/cutlass_include.sh)" \
+    -DLINAC_GTEST_SOURCE_DIR="$PWD/.deps/googletest" "${gloo[@]}" > "$OUT/gputests.log" 2>&1 \
+    || { tail -30 "$OUT/gputests.log"; return 1; }
+  local targets
+  targets=$(ctest --test-dir build-gpu-tests -N -L gpu -E linac_cuda_lab 2>/dev/null | grep -c "Test *#")
+  echo "gputests: $targets entries; building ($((SECONDS - start)) s)"
+  # only the executables the gpu entries run (GPU_TEST_TARGETS), not the whole CPU suite
+  phase 420 ninja -C build-gpu-tests -j16 ${GPU_TEST_TARGETS:-linac_layers_tests linac_generate_tests linac_interop_tests} \
+    >> "$OUT/gputests.log" 2>&1 \
+    || { grep -E "error|FAILED" "$OUT/gputests.log" | head -30; return 1; }
+  echo "gputests: built ($((SECONDS - start)) s)"
+  PYTHONPATH=.fla/site phase 300 ctest --test-dir build-gpu-tests -L gpu -E linac_cuda_lab ${GPU_TESTS:+-R "$GPU_TESTS"} \
+    --output-on-failure >> "$OUT/gputests.log" 2>&1
+  echo "gputests rc=$? ($((SECONDS - start)) s)"
+  grep -E "Test +#|tests passed|tests failed|\*\*\*Failed" "$OUT/gputests.log" | tail -20
+}
+
 case "$MODE" in
   prepare) prepare ;;
   profile) profiled ;;
   lab) lab ;;
   time) timed ;;
+  gputests) gputests ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests [seconds]" >&2; exit 2 ;;
 esac
