@@ -63,11 +63,11 @@ int64_t intermediateSize(const spec::PresetSpec& preset) {
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  // The model's earlier formula, x * rsqrt(mean(x^2) + eps) * weight, ran pow and rsqrt on
-  // autocast's fp32 list: under autocast a bf16 / fp16 input was normalised in fp32 and came out
-  // fp32. at::rms_norm is on no autocast list and returns its input's dtype, so such an input is
-  // upcast here to keep those numerics. Outside autocast a reduced-precision input stays in its
-  // dtype (at::rms_norm accumulates in fp32 either way).
+  // x * rsqrt(mean(x^2) + eps) * weight. Under autocast a bf16 / fp16 input is normalised in fp32
+  // and comes out fp32 (as the composed formula did, pow and rsqrt being on autocast's fp32 list);
+  // at::rms_norm is on no autocast list and returns its input's dtype, so the input is upcast
+  // here. Outside autocast a reduced-precision input stays in its dtype (at::rms_norm accumulates
+  // in fp32 either way). The weight is cast to the input's dtype.
   const bool upcast = at::isReducedFloatingType(x.scalar_type()) && at::autocast::is_autocast_enabled(x.device().type());
   const torch::Tensor in = upcast ? x.to(torch::kFloat) : x;
   return at::rms_norm(in, {in.size(-1)}, weight.to(in.scalar_type()), eps);

@@ -126,7 +126,7 @@ torch::Tensor HybridLMImpl::forwardProbed(const torch::Tensor& tokens, const Pro
   for (size_t i = 0; i < blocks_->size(); ++i)
     x = probe ? blocks_->ptr(i)->as<BlockImpl>()->forward(x, probe, static_cast<int64_t>(i), layerNames_[i])
               : forwardBlock(i, x);
-  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_.to(x.scalar_type())); });  // [B, T, hidden]
+  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_); });  // [B, T, hidden]
   if (probe) (*probe)("the final norm", {"final_norm"}, x);
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
   torch::Tensor logits = profiled(scope::kLmHeadLoss, [&] { return torch::linear(x, w.to(x.scalar_type())); });  // [B, T, vocab]
@@ -193,7 +193,7 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
   for (size_t i = 0; i < blocks_->size(); ++i)
     x = blocks_->ptr(i)->as<BlockImpl>()->forwardCached(x, cache.layers[i], cache.position);
   cache.position += T;
-  x = rmsNorm(x, finalNormWeight_.to(x.scalar_type()));                // [B, T, hidden]
+  x = rmsNorm(x, finalNormWeight_);                // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;       // [vocab, hidden]
   return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]
 }
@@ -201,7 +201,7 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
 torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   torch::Tensor x = profiled(scope::kEmbedding, [&] { return embed_->forward(tokens); });  // [B, T, hidden]
   for (size_t i = 0; i < blocks_->size(); ++i) x = forwardBlock(i, x);
-  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_.to(x.scalar_type())); });  // [B, T, hidden]
+  x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_); });  // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
   return profiled(scope::kLmHeadLoss, [&] {
     return ops::linearCrossEntropy(x.reshape({-1, x.size(-1)}), w.to(x.scalar_type()), targets.reshape({-1}));
