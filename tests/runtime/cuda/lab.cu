@@ -675,6 +675,29 @@ void bench() {
       {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.528},
       {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.432},
   };
+  // One row: the default dispatch, the opt-in paths, the mma.sync skeleton.
+  auto timeRow = [](const char* name, const RecurrenceKind& kind, int B, int T, int H, int dk, int dv,
+                    const char* fla) {
+    Inputs in = makeInputs(kind, DType::BF16, B, T, H, dk, dv, B, 1.0, -1e30, false);
+    const size_t tok = size_t(B) * T * H;
+    DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
+    DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
+        u(in.u.data(), in.u.size() * 4);
+    DevBuf o(tok * dv * 2), ht(size_t(B) * H * dk * dv * 4);
+    RecurrenceShape shape;
+    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = dk; shape.value_dim = dv;
+    shape.num_seqs = B;
+    RecurrenceForwardArgs a;
+    a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
+    a.scale = float(1.0 / std::sqrt(double(dk))); a.o = o.p; a.ht = ht.as<float>();
+    auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
+    const double ms = withHopper(true, run), old = withHopper(false, run);
+    const double optInMs = withOptIns(run);
+    char dims[32];
+    if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
+    else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
+    std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", name, dims, ms, optInMs, old, fla);
+  };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
@@ -685,28 +708,12 @@ void bench() {
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
-      const int B = sh.B, T = sh.T, H = sh.H, D = sh.D;
-      Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
-      const size_t tok = size_t(B) * T * H;
-      DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
-      DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
-          u(in.u.data(), in.u.size() * 4);
-      DevBuf o(tok * D * 2), ht(size_t(B) * H * D * D * 4);
-      RecurrenceShape shape;
-      shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
-      shape.num_seqs = B;
-      RecurrenceForwardArgs a;
-      a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
-      a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p; a.ht = ht.as<float>();
-      auto run = [&] { return medianMs([&] { kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr); }); };
-      const double ms = withHopper(true, run), old = withHopper(false, run);
-      const double optInMs = withOptIns(run);
-      char dims[32];
-      std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, D);
-      const bool anchor = B == 8 && T == 4096 && H == 8 && D == 128;
-      std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", r.name, dims, ms, optInMs, old,
-                  anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
+      const bool anchor = sh.B == 8 && sh.T == 4096 && sh.H == 8 && sh.D == 128;
+      timeRow(r.name, r.kind, sh.B, sh.T, sh.H, sh.D, sh.D, anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
+  // Gated DeltaNet's heads at the 340m preset (dk 256, dv 512; the Hopper stages with --hopper-wide)
+  if (benchRow("GDN 340m"))
+    timeRow("GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 4, 4096, 4, 256, 512, "-");
   const int B = 8, T = 4096;
   if (benchRow("HGRN scan")) {  // HGRN scan, d = 1024
     const int Dh = 1024;
