@@ -52,6 +52,16 @@ int64_t intArg(const json& args, const char* key, int64_t fallback) {
 
 std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
+/// A host event's name, thread and times.
+HostOp hostEvent(const json& e) {
+  HostOp op;
+  op.name = e.value("name", "");
+  op.tid = text(e.value("tid", json()));
+  op.ts = e.value("ts", 0.0);
+  op.dur = e.value("dur", 0.0);
+  return op;
+}
+
 /// Links each host event to its innermost enclosing event on the same thread.
 void nest(std::vector<HostOp>& ops) {
   std::vector<int> order(ops.size());
@@ -128,22 +138,14 @@ StepProfile summarizeTrace(const json& trace, int64_t steps, size_t topCount, bo
     static const json kNoArgs = json::object();
     const json& args = e.contains("args") ? e["args"] : kNoArgs;
     if (cat == "cpu_op" || cat == "user_annotation") {
-      HostOp op;
-      op.name = e.value("name", "");
-      op.tid = text(e.value("tid", json()));
-      op.ts = e.value("ts", 0.0);
-      op.dur = e.value("dur", 0.0);
+      HostOp op = hostEvent(e);
       op.externalId = intArg(args, "External id", -1);
       op.sequence = intArg(args, "Sequence number", -1);
       op.fwdThread = intArg(args, "Fwd thread id", 0);
       op.scope = op.name.rfind(kScopePrefix, 0) == 0;
       ops.push_back(std::move(op));
     } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
-      HostOp call;
-      call.name = e.value("name", "");
-      call.tid = text(e.value("tid", json()));
-      call.ts = e.value("ts", 0.0);
-      call.dur = e.value("dur", 0.0);
+      HostOp call = hostEvent(e);
       call.externalId = intArg(args, "correlation", -1);
       call.runtime = true;
       ops.push_back(std::move(call));

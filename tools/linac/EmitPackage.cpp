@@ -78,7 +78,7 @@ void writePackage(const std::vector<PackagedVariant>& variants, const PackageOpt
   }
   const fs::path python = out / "python" / "linac_kernels";
   fs::create_directories(python);
-  for (const char* file : {"__init__.py", "_args.py", "_capi.py", "_recurrence.py", "_scan.py"})
+  for (const char* file : {"__init__.py", "_args.py", "_capi.py", "_library.py", "_recurrence.py", "_scan.py"})
     fs::copy_file(capi / "python" / "linac_kernels" / file, python / file);
   writeText(python / "ops.py", emitPythonOps(apis));
 

@@ -183,7 +183,7 @@ TEST_F(InstalledPackage, CConsumerMatchesTheOracleThroughFindPackage) {
 
 TEST_F(InstalledPackage, PythonOpsMatchTheRecurrenceAndRefuseBadArguments) {
   const std::string python = prefix() + "/" + kPythonDir;
-  for (const char* file : {"__init__.py", "_capi.py", "_recurrence.py", "ops.py", "liblinac_kernels.so"})
+  for (const char* file : {"__init__.py", "_capi.py", "_library.py", "_recurrence.py", "ops.py", "liblinac_kernels.so"})
     ASSERT_TRUE(exists(python + "/linac_kernels/" + file)) << file << " missing from the installed Python package";
   EXPECT_TRUE(run("PYTHONPATH=" + python + " python3 " + PYTHON_OPS_TEST, work() / "python.log"));
 }

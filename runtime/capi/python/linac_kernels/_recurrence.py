@@ -13,9 +13,7 @@ import ctypes
 
 import torch
 
-from . import _args, _capi
-
-_LIBRARY = torch.library.Library("linac", "FRAGMENT")
+from . import _args, _capi, _library
 
 _DECAYS = ("none", "fixed", "scalar", "diagonal")
 _UPDATES = ("additive", "delta")
@@ -49,8 +47,8 @@ class _Op:
         gates = "".join(f"Tensor {g}, " for g in self.gates)
         inputs = f"Tensor q, Tensor k, Tensor v, {gates}float scale, Tensor? initial_state, Tensor? cu_seqlens"
         d_gates = "".join(f"Tensor d_{g}, " for g in self.gates)
-        _LIBRARY.define(f"{variant}_fwd({inputs}) -> (Tensor o, Tensor final_state)")
-        _LIBRARY.define(f"{variant}_bwd({inputs}, Tensor d_o, Tensor? d_final_state) -> "
+        _library.LIBRARY.define(f"{variant}_fwd({inputs}) -> (Tensor o, Tensor final_state)")
+        _library.LIBRARY.define(f"{variant}_bwd({inputs}, Tensor d_o, Tensor? d_final_state) -> "
                         f"(Tensor d_q, Tensor d_k, Tensor d_v, {d_gates}Tensor d_initial_state)")
         n = 3 + len(self.gates)
         tensors = [_capi.TensorPtr] * n + [ctypes.c_float]
@@ -58,16 +56,7 @@ class _Op:
         # d_o, d_final_state, d_q, d_k, d_v, d_<gates>, d_initial_state.
         self.c_forward = _capi.function(f"linac_{variant}_forward", tensors + [_capi.TensorPtr] * 4)
         self.c_backward = _capi.function(f"linac_{variant}_backward", tensors + [_capi.TensorPtr] * (4 + n + 1))
-        qualified = f"linac::{variant}"
-        for device in ("CPU", "CUDA"):
-            _LIBRARY.impl(f"{variant}_fwd", self._forward, device)
-            _LIBRARY.impl(f"{variant}_bwd", self._backward, device)
-        torch.library.register_fake(f"{qualified}_fwd", self._forward_fake, lib=_LIBRARY)
-        torch.library.register_fake(f"{qualified}_bwd", self._backward_fake, lib=_LIBRARY)
-        torch.library.register_autograd(f"{qualified}_fwd", self._autograd_backward,
-                                        setup_context=self._setup_context, lib=_LIBRARY)
-        self.forward_op = getattr(torch.ops.linac, f"{variant}_fwd").default
-        self.backward_op = getattr(torch.ops.linac, f"{variant}_bwd").default
+        self.forward_op, self.backward_op = _library.register(self, variant)
 
     def _split(self, args):
         """(q, k, v, gates, scale, initial_state, cu_seqlens, rest) of an op's arguments."""

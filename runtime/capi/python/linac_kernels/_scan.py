@@ -11,10 +11,7 @@ final_state and d_initial_state always computed.
 """
 import torch
 
-from . import _args, _capi
-
-_LIBRARY = torch.library.Library("linac", "FRAGMENT")
-
+from . import _args, _capi, _library
 
 def _state_shape(x, cu_seqlens, function):
     """The states' shape [N, D]."""
@@ -28,23 +25,14 @@ class _ScanOp:
     def __init__(self, variant):
         self.function = f"chunk_{variant}"
         inputs = "Tensor x, Tensor g, Tensor? initial_state, Tensor? cu_seqlens"
-        _LIBRARY.define(f"{variant}_fwd({inputs}) -> (Tensor h, Tensor final_state)")
-        _LIBRARY.define(f"{variant}_bwd({inputs}, Tensor d_h, Tensor? d_final_state) -> "
+        _library.LIBRARY.define(f"{variant}_fwd({inputs}) -> (Tensor h, Tensor final_state)")
+        _library.LIBRARY.define(f"{variant}_bwd({inputs}, Tensor d_h, Tensor? d_final_state) -> "
                         "(Tensor d_x, Tensor d_g, Tensor d_initial_state)")
         # x, g, initial_state, cu_seqlens, then h, final_state / d_h, d_final_state, d_x, d_g,
         # d_initial_state.
         self.c_forward = _capi.function(f"linac_{variant}_forward", [_capi.TensorPtr] * 6)
         self.c_backward = _capi.function(f"linac_{variant}_backward", [_capi.TensorPtr] * 9)
-        qualified = f"linac::{variant}"
-        for device in ("CPU", "CUDA"):
-            _LIBRARY.impl(f"{variant}_fwd", self._forward, device)
-            _LIBRARY.impl(f"{variant}_bwd", self._backward, device)
-        torch.library.register_fake(f"{qualified}_fwd", self._forward_fake, lib=_LIBRARY)
-        torch.library.register_fake(f"{qualified}_bwd", self._backward_fake, lib=_LIBRARY)
-        torch.library.register_autograd(f"{qualified}_fwd", self._autograd_backward,
-                                        setup_context=self._setup_context, lib=_LIBRARY)
-        self.forward_op = getattr(torch.ops.linac, f"{variant}_fwd").default
-        self.backward_op = getattr(torch.ops.linac, f"{variant}_bwd").default
+        self.forward_op, self.backward_op = _library.register(self, variant)
 
     @staticmethod
     def _views(x, g, initial_state, cu_seqlens):
