@@ -12,12 +12,12 @@ first. A scenario fails with an AssertionError that says what was expected.
 import os
 import re
 import shutil
-import subprocess
 import sys
+
+import linac_cli
 
 LINAC, SPECS, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
 SPEC = os.path.join(SPECS, "gated_deltanet.yaml")
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 # Each command's flags, as its --help must list them (besides --help).
 FLAGS = {
@@ -49,11 +49,7 @@ DEFAULTS = {"train": {"--lr": "0.002", "--steps": "300", "--tokenizer": "byte", 
 
 def linac(*args, expect=None, timeout=240):
     """Runs linac to completion; checks its exit code when `expect` is given."""
-    p = subprocess.run([LINAC, *args], env=ENV, capture_output=True, text=True, timeout=timeout)
-    if expect is not None:
-        assert p.returncode == expect, (f"linac {' '.join(args)}: exit {p.returncode}, expected {expect}\n"
-                                        f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
+    return linac_cli.run(LINAC, *args, expect=expect, timeout=timeout)
 
 
 def check_in(needle, text, what=""):

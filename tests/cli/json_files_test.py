@@ -10,23 +10,20 @@ with Python's json module and give the string back exactly, and linac must read 
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
+
+import linac_cli
 
 LINAC, SPECS, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
 # A folder name no hand-written escaper gets right: " \ tab, \x01, and UTF-8 beyond ASCII.
 AWKWARD = 'q"uote \\back\\slash\ttab\x01ctl \u00fcber \u2713'
 SMALL = ["--preset", "tiny", "--batch", "2", "--seq-len", "32", "--device", "cpu", "--log-every", "1",
          "--eval-batches", "1"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def linac(*args, timeout=240):
-    p = subprocess.run([LINAC, *args], env=ENV, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, (f"linac {' '.join(args)!r}: exit {p.returncode}\n"
-                               f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
+    return linac_cli.run(LINAC, *args, expect=0, timeout=timeout)
 
 
 def load(path):

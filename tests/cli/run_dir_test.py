@@ -15,21 +15,19 @@ import subprocess
 import sys
 import time
 
+import linac_cli
+
 LINAC, SPECS, WORK = (os.path.abspath(p) for p in sys.argv[1:4])
 SPEC = os.path.join(SPECS, "gated_deltanet.yaml")
 # Small and fast: the tiny preset, 2 sequences of 32 tokens a step, 2 held-out batches.
 SMALL = ["--preset", "tiny", "--batch", "2", "--seq-len", "32", "--device", "cpu", "--log-every", "1"]
 FAST = SMALL + ["--eval-batches", "2"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
+ENV = linac_cli.ENV
 
 
 def linac(*args, expect=None, timeout=240):
     """Runs linac to completion; checks its exit code when `expect` is given."""
-    p = subprocess.run([LINAC, *args], env=ENV, capture_output=True, text=True, timeout=timeout)
-    if expect is not None:
-        assert p.returncode == expect, (f"linac {' '.join(args)}: exit {p.returncode}, expected {expect}\n"
-                                        f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
+    return linac_cli.run(LINAC, *args, expect=expect, timeout=timeout)
 
 
 def train(out, *args, spec=SPEC, expect=0, timeout=240):
