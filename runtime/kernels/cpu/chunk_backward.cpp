@@ -72,6 +72,7 @@ HeadGradients backwardHead(const RecurrenceKind& kind, const HeadInputs& in,
 
   std::vector<float> states((chunk + 1) * state_size);  // S_{start-1} .. S_{start+L-1}
   std::vector<float> scratch(dv), lambda(dk), written(dv), d_written(dv), residual(dv);
+  std::vector<double> dg_token(width);  // this token's dg, [decay_width]
   const int64_t num_chunks = (len + chunk - 1) / chunk;
   for (int64_t chunk_index = num_chunks - 1; chunk_index >= 0; --chunk_index) {
     const int64_t start = chunk_index * chunk, L = std::min<int64_t>(chunk, len - start);
@@ -152,19 +153,19 @@ HeadGradients backwardHead(const RecurrenceKind& kind, const HeadInputs& in,
       }
 
       // Decay: dg_c = sum_e P'_ce dP'_ce, then dP = diag(lambda) dP' (+ the bonus readout's s q do^T).
-      float* dg = grad.dg.data() + t * width;
+      // Accumulated in double: for the fixed and scalar classes dg sums these dot products
+      // over channels (and tokens), where cancellation would amplify fp32 rounding.
+      std::fill(dg_token.begin(), dg_token.end(), 0.0);
       for (int64_t c = 0; c < dk; ++c) {
         float* dS_c = dS.data() + c * dv;
-        // Accumulated in double: for the fixed and scalar classes dg sums these dot products
-        // over channels (and tokens), where cancellation would amplify fp32 rounding.
         double dot_c = 0.0;
         for (int64_t e = 0; e < dv; ++e) dot_c += double(P[c * dv + e]) * double(dS_c[e]);
-        const float dg_c = static_cast<float>(lambda[c] * dot_c);
-        dg[c * cs] += dg_c;
+        dg_token[c * cs] += lambda[c] * dot_c;
         for (int64_t e = 0; e < dv; ++e) dS_c[e] *= lambda[c];
         if (!inclusive)
           for (int64_t e = 0; e < dv; ++e) dS_c[e] += scale * q[c] * d_o[e];
       }
+      for (int64_t w = 0; w < width; ++w) grad.dg[t * width + w] = static_cast<float>(dg_token[w]);
     }
   }
   grad.dh0 = std::move(dS);

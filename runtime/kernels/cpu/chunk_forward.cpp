@@ -1,7 +1,7 @@
 // Chunkwise-parallel forward (DESIGN.md section 4).
 //
 // Inside a chunk of L tokens starting from state S (rows = key channels c), let b_i be the
-// cumulative log-decay b_i = sum_{s<=i} g_s (per channel for the diagonal class, fp32). Unrolling
+// cumulative log-decay b_i = sum_{s<=i} g_s (per channel for the diagonal class). Unrolling
 //   S_i = diag(exp(g_i)) S_{i-1} + k_i x_i^T
 // gives  S_i = diag(exp(b_i)) S + sum_{j<=i} diag(exp(b_i - b_j)) k_j x_j^T,          (1)
 // where x_j = v_j for the additive rule. For the delta rule the update is
@@ -18,7 +18,9 @@
 // Every exponent used below is b_i - b_j with j <= i (or b_i itself), which is <= 0: factors are
 // in [0, 1], so strongly decaying inputs underflow to 0 and never overflow. The pairwise form
 // exp(b_ic - b_jc) is used for the diagonal class rather than q*exp(b) and k*exp(-b), which would
-// overflow for cumulative log-decays of -1280 per chunk.
+// overflow for cumulative log-decays of -1280 per chunk. b is summed in double: after a few
+// strongly decaying tokens b reaches hundreds, where an fp32 ulp (3e-5 at 300) would become the
+// relative error of every exp(b_i - b_j) between two mildly decaying tokens that follow.
 #include "chunk_forward.h"
 
 #include <algorithm>
@@ -33,11 +35,11 @@ namespace {
 
 /// sum_c x_c y_c exp(bx_c - by_c). `channel_stride` 0 means one decay shared by all channels
 /// (none / fixed / scalar classes): then it is exp(bx_0 - by_0) * (x . y), one exp per pair.
-float decayedDot(const float* x, const float* y, const float* bx, const float* by, int64_t n,
+float decayedDot(const float* x, const float* y, const double* bx, const double* by, int64_t n,
                  int64_t channel_stride) {
-  if (channel_stride == 0) return std::exp(bx[0] - by[0]) * dot(x, y, n);
+  if (channel_stride == 0) return static_cast<float>(std::exp(bx[0] - by[0])) * dot(x, y, n);
   float sum = 0.0f;
-  for (int64_t c = 0; c < n; ++c) sum += x[c] * y[c] * std::exp(bx[c] - by[c]);
+  for (int64_t c = 0; c < n; ++c) sum += x[c] * y[c] * static_cast<float>(std::exp(bx[c] - by[c]));
   return sum;
 }
 
@@ -51,8 +53,8 @@ void chunkForwardHead(const RecurrenceKind& kind, const HeadInputs& in, float sc
   const bool inclusive = kind.readout == Readout::Inclusive;
   float* S = state.data();  // [dk, dv]
 
-  std::vector<float> cum(chunk * width);         // [L, width] b_i
-  std::vector<float> query_cum(chunk * width);   // [L, width] decay seen by q_i's readout
+  std::vector<double> cum(chunk * width);        // [L, width] b_i
+  std::vector<double> query_cum(chunk * width);  // [L, width] decay seen by q_i's readout
   std::vector<float> values(chunk * dv);         // [L, dv] v (additive) or pseudo-values x (delta)
   std::vector<float> w_rows, a_tri;              // delta only: W [L, dk], A [L, L]
   if (delta) {
@@ -68,11 +70,11 @@ void chunkForwardHead(const RecurrenceKind& kind, const HeadInputs& in, float sc
     const float* k = in.k.data() + start * dk;  // [L, dk]
     const float* v = in.v.data() + start * dv;  // [L, dv]
 
-    // Cumulative log-decays within the chunk (fp32). The inclusive readout sees b_i; the
+    // Cumulative log-decays within the chunk (double). The inclusive readout sees b_i; the
     // exclusive one reads S_{i-1}, so it sees b_{i-1} (0 for the first token of the chunk).
     for (int64_t i = 0; i < L; ++i)
       for (int64_t w = 0; w < width; ++w) {
-        const float previous = i > 0 ? cum[(i - 1) * width + w] : 0.0f;
+        const double previous = i > 0 ? cum[(i - 1) * width + w] : 0.0;
         cum[i * width + w] = previous + in.g[(start + i) * width + w];
         query_cum[i * width + w] = inclusive ? cum[i * width + w] : previous;
       }
@@ -88,7 +90,7 @@ void chunkForwardHead(const RecurrenceKind& kind, const HeadInputs& in, float sc
         float* u_i = values.data() + i * dv;
         float* w_i = w_rows.data() + i * dk;
         for (int64_t e = 0; e < dv; ++e) u_i[e] = beta[i] * v[i * dv + e];
-        for (int64_t c = 0; c < dk; ++c) w_i[c] = beta[i] * k[i * dk + c] * std::exp(cumRow(i)[c * cs]);
+        for (int64_t c = 0; c < dk; ++c) w_i[c] = beta[i] * k[i * dk + c] * static_cast<float>(std::exp(cumRow(i)[c * cs]));
         // Forward substitution: row i minus A_ij times the already-solved rows j < i.
         for (int64_t j = 0; j < i; ++j) {
           const float a = a_tri[i * L + j];
@@ -111,10 +113,10 @@ void chunkForwardHead(const RecurrenceKind& kind, const HeadInputs& in, float sc
         float* o_i = out + (start + i) * dv;
         std::fill_n(o_i, dv, 0.0f);
         const float* q_i = q + i * dk;
-        const float* qb = query_cum.data() + i * width;
+        const double* qb = query_cum.data() + i * width;
         // Inter-chunk: (q_i * exp(b_i))^T S.
         for (int64_t c = 0; c < dk; ++c) {
-          const float qc = q_i[c] * std::exp(qb[c * cs]);
+          const float qc = q_i[c] * static_cast<float>(std::exp(qb[c * cs]));
           for (int64_t e = 0; e < dv; ++e) o_i[e] += qc * S[c * dv + e];
         }
         // Intra-chunk: causal (j <= i) or strictly causal (j < i) decayed scores.
@@ -133,13 +135,13 @@ void chunkForwardHead(const RecurrenceKind& kind, const HeadInputs& in, float sc
     }
 
     // State to the next chunk: S <- diag(exp(b_L)) S + sum_j diag(exp(b_L - b_j)) k_j x_j^T.
-    const float* last_cum = cumRow(L - 1);
+    const double* last_cum = cumRow(L - 1);
     for (int64_t c = 0; c < dk; ++c) {
       float* S_c = S + c * dv;
-      const float carry = std::exp(last_cum[c * cs]);
+      const float carry = static_cast<float>(std::exp(last_cum[c * cs]));
       for (int64_t e = 0; e < dv; ++e) S_c[e] *= carry;
       for (int64_t j = 0; j < L; ++j) {
-        const float kc = k[j * dk + c] * std::exp(last_cum[c * cs] - cumRow(j)[c * cs]);
+        const float kc = k[j * dk + c] * static_cast<float>(std::exp(last_cum[c * cs] - cumRow(j)[c * cs]));
         for (int64_t e = 0; e < dv; ++e) S_c[e] += kc * values[j * dv + e];
       }
     }
