@@ -15,6 +15,7 @@ TORCH_VERSION=2.11.0
 SENTENCEPIECE_VERSION=0.2.2
 TOKENIZERS_VERSION=0.22.2
 SAFETENSORS_VERSION=0.8.0
+SCIKIT_BUILD_CORE_VERSION=0.10.7
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -48,6 +49,12 @@ fi
 if ! $PY -c "import safetensors" 2>/dev/null; then
   echo "setup: installing safetensors (linac import / export tests)"
   $PY -m pip install -q "safetensors==$SAFETENSORS_VERSION"
+fi
+# scikit-build-core builds the Python package (`pip install .`, pyproject.toml); the test of it
+# (tests/python) installs without build isolation, so offline, with this one.
+if ! $PY -c "import scikit_build_core" 2>/dev/null; then
+  echo "setup: installing scikit-build-core (pip install . of the Python package)"
+  $PY -m pip install -q "scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
 fi
 # lit and FileCheck drive the dialect tests; lit comes with llvm-22-tools, FileCheck too.
 echo "setup: ok"

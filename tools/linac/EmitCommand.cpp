@@ -75,7 +75,7 @@ PackagedVariant variantSources(const std::string& specPath) {
                      " --out generated` on a machine with MLIR");
 #endif
   }
-  return {parseManifest(manifest, specPath + " (manifest)"), header};
+  return {parseManifest(manifest, specPath + " (manifest)"), header, manifest};
 }
 
 int runEmit(const EmitFlags& f) {

@@ -74,6 +74,7 @@ void writePackage(const std::vector<PackagedVariant>& variants, const PackageOpt
   for (const PackagedVariant& v : variants) {
     apis.push_back(v.api);
     writeText(out / "generated" / v.api.name / (v.api.name + ".h"), v.header);
+    writeText(out / "generated" / v.api.name / "manifest.json", v.manifest);
     writeText(out / "src" / (v.api.name + "_capi.cpp"), emitCApiSource(v.api));
   }
   const fs::path python = out / "python" / "linac_kernels";

@@ -5,7 +5,7 @@
 //   CMakeLists.txt, cmake/linac_kernelsConfig.cmake.in   (runtime/capi/package/)
 //   include/linac_capi.h (runtime/capi/), include/linac_kernels.h (EmitCApi)
 //   src/capi*.{h,cpp} (runtime/capi/), src/<variant>_capi.cpp (EmitCApi)
-//   generated/<variant>/<variant>.h                      (the compiled spec's header)
+//   generated/<variant>/<variant>.h, manifest.json       (the compiled spec's header and manifest)
 //   kernels/common, kernels/cpu                           (runtime/kernels/)
 //   kernels/cuda (with hopper/) when the CUDA backend is asked for
 //   python/linac_kernels/*.py (runtime/capi/python/), python/linac_kernels/ops.py (EmitPython)
@@ -21,7 +21,8 @@ namespace linac::cli {
 /// One variant to package: its manifest and the text of its generated header.
 struct PackagedVariant {
   CApiVariant api;
-  std::string header;  // generated/<name>/<name>.h
+  std::string header;    // generated/<name>/<name>.h
+  std::string manifest;  // generated/<name>/manifest.json, copied into the package beside the header
 };
 
 struct PackageOptions {
