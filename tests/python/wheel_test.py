@@ -1,21 +1,26 @@
 """The installed Python package (`pip install .`; run by wheel_check.sh in a fresh virtual
 environment): linac.ops holds every linear variant of generated/ at the spec version generated/
 was compiled from, its ops match a float64 recurrence written here (outputs, final states and
-gradients), and linac.compile builds a spec that is not in generated/, caches the build, returns
-linac.ops for a variant it already has and refuses a changed spec under a taken name.
+gradients), linac.nn's layers equal the runtime's own (layer_dump.cpp writes a layer's parameters,
+input and output for every variant), and linac.compile builds a spec that is not in generated/,
+caches the build, returns linac.ops for a variant it already has and refuses a changed spec under a
+taken name.
 
-usage: LINAC_SOURCE_DIR=... LINAC_EXECUTABLE=.../linac LINAC_CACHE_DIR=... python3 wheel_test.py
+usage: LINAC_SOURCE_DIR=... LINAC_EXECUTABLE=.../linac LINAC_LAYER_DUMP=.../linac_layer_dump
+       LINAC_CACHE_DIR=... python3 wheel_test.py
 (LINAC_TEST_SEED=N repeats a seed; the seed is printed on failure)
 """
 import json
 import os
 import random
+import subprocess
 import tempfile
 import unittest
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 
 import linac
 
@@ -106,6 +111,45 @@ class InstalledOps(unittest.TestCase):
         check_against_reference(self, op, reference, [q, k, v, g, beta, h0])
 
 
+class Layers(unittest.TestCase):
+    """linac.nn.LinearAttention against the runtime's LinearMixer with the same parameters."""
+
+    HIDDEN = 64
+
+    def runtime_layer(self, variant, folder):
+        path = Path(folder) / f"{variant}.safetensors"
+        subprocess.run([os.environ["LINAC_LAYER_DUMP"], variant, str(self.HIDDEN), str(path)], check=True)
+        with safe_open(str(path), "pt") as f:
+            return {name: f.get_tensor(name) for name in f.keys()}, f.metadata()
+
+    def test_every_variant_equals_the_runtime_layer(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for variant in sorted(linac.ops.SPEC_SHA256):  # those the runtime build has
+                with self.subTest(variant=variant):
+                    tensors, meta = self.runtime_layer(variant, folder)
+                    x, y = tensors.pop("x"), tensors.pop("y")
+                    layer = linac.nn.LinearAttention(variant, self.HIDDEN, layer_idx=int(meta["layer_idx"]),
+                                                     num_layers=int(meta["num_layers"]))
+                    self.assertEqual(sorted(name for name, _ in layer.named_parameters()), sorted(tensors))
+                    layer.load_state_dict(tensors)
+                    with torch.no_grad():
+                        got = layer(x)
+                    self.assertLess(rel_rms(got, y), TOL_F32, variant)
+
+    def test_a_layer_trains(self):
+        torch.manual_seed(SEED)
+        layer = linac.nn.LinearAttention("gated_deltanet", self.HIDDEN)
+        x = torch.randn(2, 45, self.HIDDEN)
+        layer(x).pow(2).mean().backward()
+        for name, p in layer.named_parameters():
+            self.assertIsNotNone(p.grad, name)
+            self.assertTrue(torch.isfinite(p.grad).all(), name)
+        with self.assertRaisesRegex(ValueError, "no variant 'no_such'"):
+            linac.nn.LinearAttention("no_such", self.HIDDEN)
+        with self.assertRaisesRegex(ValueError, "x must be"):
+            layer(torch.randn(2, 45, self.HIDDEN + 1))
+
+
 class Compile(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED)
@@ -127,6 +171,8 @@ class Compile(unittest.TestCase):
             return delta_reference(q, k, v, g, beta, h0, scale, bonus=u)
 
         check_against_reference(self, op, reference, [q, k, v, g, beta, u, h0])
+        layer = linac.nn.LinearAttention("delta_bonus", 64)
+        self.assertEqual(layer(torch.randn(2, 45, 64)).shape, (2, 45, 64))
 
     def test_a_variant_of_generated_comes_from_linac_ops_without_a_build(self):
         self.assertIs(linac.compile(SOURCE / "specs" / "gla.yaml"), linac.ops)

@@ -5,7 +5,8 @@
 //
 //   linac-package --out DIR --runtime RUNTIME_DIR --version X.Y.Z [--cuda] GENERATED_VARIANT_DIR...
 //
-// Each GENERATED_VARIANT_DIR is generated/<variant>/ with its manifest.json and <variant>.h.
+// Each GENERATED_VARIANT_DIR is generated/<variant>/ with its manifest.json, <variant>.h and
+// <variant>_layer.py.
 // Full-attention folders (no kernels) are skipped. Exit status 0, or 1 with the reason on stderr.
 #include "../linac/EmitPackage.h"
 
@@ -66,7 +67,8 @@ std::optional<linac::cli::PackagedVariant> loadVariant(const fs::path& dir) {
   const nlohmann::json j = nlohmann::json::parse(manifest, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.value("kind", "") == "attention") return std::nullopt;
   return linac::cli::PackagedVariant{linac::cli::parseManifest(manifest, manifestPath.string()),
-                                     readText(dir / (name + ".h")), manifest};
+                                     readText(dir / (name + ".h")), manifest,
+                                     readText(dir / (name + "_layer.py"))};
 }
 
 }  // namespace

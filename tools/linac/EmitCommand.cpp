@@ -48,7 +48,7 @@ bool wantsCuda(const std::string& backends) {
   return cuda;
 }
 
-/// The variant's manifest and header, from generated/ or compiled now.
+/// The variant's manifest, header and Python layer, from generated/ or compiled now.
 PackagedVariant variantSources(const std::string& specPath) {
   const spec::VariantSpec spec = spec::loadVariant(specPath);
   if (spec.kind != spec::VariantKind::Linear)
@@ -58,7 +58,8 @@ PackagedVariant variantSources(const std::string& specPath) {
   const std::string manifestPath = (dir / "manifest.json").string();
   std::string manifest = readFile(manifestPath);
   std::string header = readFile(dir / (spec.name + ".h"));
-  bool current = !manifest.empty() && !header.empty() &&
+  std::string layer = readFile(dir / (spec.name + "_layer.py"));
+  bool current = !manifest.empty() && !header.empty() && !layer.empty() &&
                  parseManifest(manifest, manifestPath).specHash == spec.hash;
   if (!current) {
 #ifdef LINAC_HAVE_COMPILER
@@ -69,13 +70,14 @@ PackagedVariant variantSources(const std::string& specPath) {
     const pipeline::FileSet files = pipeline::generate(options);
     manifest = files.at(spec.name + "/manifest.json");
     header = files.at(spec.name + "/" + spec.name + ".h");
+    layer = files.at(spec.name + "/" + spec.name + "_layer.py");
 #else
     throw UsageError("generated/" + spec.name + " is missing or was generated from another version of " +
                      specPath + ", and this build has no compiler; run `linac compile " + specPath +
                      " --out generated` on a machine with MLIR");
 #endif
   }
-  return {parseManifest(manifest, specPath + " (manifest)"), header, manifest};
+  return {parseManifest(manifest, specPath + " (manifest)"), header, manifest, layer};
 }
 
 int runEmit(const EmitFlags& f) {

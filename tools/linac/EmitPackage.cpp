@@ -79,9 +79,12 @@ void writePackage(const std::vector<PackagedVariant>& variants, const PackageOpt
   }
   const fs::path python = out / "python" / "linac_kernels";
   fs::create_directories(python);
-  for (const char* file : {"__init__.py", "_args.py", "_capi.py", "_library.py", "_recurrence.py", "_scan.py"})
+  for (const char* file : {"__init__.py", "_args.py", "_capi.py", "_library.py", "_recurrence.py", "_scan.py", "nn.py"})
     fs::copy_file(capi / "python" / "linac_kernels" / file, python / file);
   writeText(python / "ops.py", emitPythonOps(apis));
+  writeText(python / "layers" / "__init__.py",
+            "\"\"\"The compiled layers of this package's variants (<variant>.py, read by nn.py).\"\"\"\n");
+  for (const PackagedVariant& v : variants) writeText(python / "layers" / (v.api.name + ".py"), v.layer);
 
   fs::create_directories(out / "include");
   fs::copy_file(capi / "linac_capi.h", out / "include" / "linac_capi.h");

@@ -8,7 +8,8 @@
 //   generated/<variant>/<variant>.h, manifest.json       (the compiled spec's header and manifest)
 //   kernels/common, kernels/cpu                           (runtime/kernels/)
 //   kernels/cuda (with hopper/) when the CUDA backend is asked for
-//   python/linac_kernels/*.py (runtime/capi/python/), python/linac_kernels/ops.py (EmitPython)
+//   python/linac_kernels/*.py (runtime/capi/python/), python/linac_kernels/ops.py (EmitPython),
+//   python/linac_kernels/layers/<variant>.py (the compiled spec's <variant>_layer.py, for nn.py)
 #pragma once
 
 #include "EmitCApi.h"
@@ -23,6 +24,7 @@ struct PackagedVariant {
   CApiVariant api;
   std::string header;    // generated/<name>/<name>.h
   std::string manifest;  // generated/<name>/manifest.json, copied into the package beside the header
+  std::string layer;     // generated/<name>/<name>_layer.py, the package's python/linac_kernels/layers/<name>.py
 };
 
 struct PackageOptions {

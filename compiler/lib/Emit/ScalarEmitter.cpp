@@ -14,9 +14,9 @@
 namespace linac::emit {
 namespace {
 
-/// Shortest decimal that reads back as the same float, with an f suffix. C++ has no literal for
-/// inf or nan (printf's "inf" would not compile): linac-check-constants rejects them first.
-std::string floatLiteral(float x) {
+/// Shortest decimal that reads back as the same float (with an f suffix for C++). Neither
+/// language has a literal for inf or nan: linac-check-constants rejects them first.
+std::string floatLiteral(float x, ScalarLanguage language) {
   if (!std::isfinite(x))
     throw std::runtime_error("emit: non-finite constant " + std::to_string(x) + " in a map body");
   char buf[64];
@@ -26,8 +26,19 @@ std::string floatLiteral(float x) {
   }
   std::string s(buf);
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s + "f";
+  return language == ScalarLanguage::Cpp ? s + "f" : "torch.tensor(" + s + ")";
 }
+
+/// The function of each unary and binary math op, per language.
+struct Spelling {
+  const char* cpp;
+  const char* torch;
+  const char* of(ScalarLanguage language) const { return language == ScalarLanguage::Cpp ? cpp : torch; }
+};
+constexpr Spelling kExp{"expf", "torch.exp"}, kLog{"logf", "torch.log"}, kLog1p{"log1pf", "torch.log1p"},
+    kTanh{"tanhf", "torch.tanh"}, kSqrt{"sqrtf", "torch.sqrt"}, kAbs{"fabsf", "torch.abs"},
+    kMaximum{"fmaxf", "torch.maximum"}, kMinimum{"fminf", "torch.minimum"}, kMaxNum{"fmaxf", "torch.fmax"},
+    kMinNum{"fminf", "torch.fmin"};
 
 std::string predicate(mlir::arith::CmpFPredicate p) {
   using P = mlir::arith::CmpFPredicate;
@@ -46,12 +57,14 @@ std::string predicate(mlir::arith::CmpFPredicate p) {
 
 }  // namespace
 
-ScalarCode emitScalarBody(mlir::Block& body, const std::vector<std::string>& argNames) {
+ScalarCode emitScalarBody(mlir::Block& body, const std::vector<std::string>& argNames,
+                          ScalarLanguage language) {
   if (argNames.size() != body.getNumArguments())
     throw std::runtime_error("emit: " + std::to_string(argNames.size()) + " names for " +
                              std::to_string(body.getNumArguments()) + " block arguments");
   llvm::DenseMap<mlir::Value, std::string> names;
   for (auto [i, arg] : llvm::enumerate(body.getArguments())) names[arg] = argNames[i];
+  const bool cpp = language == ScalarLanguage::Cpp;
 
   ScalarCode code;
   int next = 0;
@@ -64,12 +77,12 @@ ScalarCode emitScalarBody(mlir::Block& body, const std::vector<std::string>& arg
     if (op.getNumResults() != 1)
       throw std::runtime_error("emit: op with " + std::to_string(op.getNumResults()) +
                                " results in a map body: " + op.getName().getStringRef().str());
-    auto un = [&](const char* fn) { return std::string(fn) + "(" + name(op.getOperand(0)) + ")"; };
+    auto un = [&](const Spelling& fn) { return std::string(fn.of(language)) + "(" + name(op.getOperand(0)) + ")"; };
     auto bin = [&](const char* sym) {
       return name(op.getOperand(0)) + " " + sym + " " + name(op.getOperand(1));
     };
-    auto fn2 = [&](const char* fn) {
-      return std::string(fn) + "(" + name(op.getOperand(0)) + ", " + name(op.getOperand(1)) + ")";
+    auto fn2 = [&](const Spelling& fn) {
+      return std::string(fn.of(language)) + "(" + name(op.getOperand(0)) + ", " + name(op.getOperand(1)) + ")";
     };
     std::string rhs;
     std::string type = "float";
@@ -77,38 +90,41 @@ ScalarCode emitScalarBody(mlir::Block& body, const std::vector<std::string>& arg
         .Case([&](mlir::arith::ConstantOp c) {
           auto f = llvm::dyn_cast<mlir::FloatAttr>(c.getValue());
           if (!f) throw std::runtime_error("emit: non-float constant in a map body");
-          rhs = floatLiteral(static_cast<float>(f.getValueAsDouble()));
+          rhs = floatLiteral(static_cast<float>(f.getValueAsDouble()), language);
         })
         .Case([&](mlir::arith::AddFOp) { rhs = bin("+"); })
         .Case([&](mlir::arith::SubFOp) { rhs = bin("-"); })
         .Case([&](mlir::arith::MulFOp) { rhs = bin("*"); })
         .Case([&](mlir::arith::DivFOp) { rhs = bin("/"); })
         .Case([&](mlir::arith::NegFOp) { rhs = "-" + name(op.getOperand(0)); })
-        .Case([&](mlir::arith::MaximumFOp) { rhs = fn2("fmaxf"); })
-        .Case([&](mlir::arith::MinimumFOp) { rhs = fn2("fminf"); })
-        .Case([&](mlir::arith::MaxNumFOp) { rhs = fn2("fmaxf"); })
-        .Case([&](mlir::arith::MinNumFOp) { rhs = fn2("fminf"); })
+        .Case([&](mlir::arith::MaximumFOp) { rhs = fn2(kMaximum); })
+        .Case([&](mlir::arith::MinimumFOp) { rhs = fn2(kMinimum); })
+        .Case([&](mlir::arith::MaxNumFOp) { rhs = fn2(kMaxNum); })
+        .Case([&](mlir::arith::MinNumFOp) { rhs = fn2(kMinNum); })
         .Case([&](mlir::arith::CmpFOp c) {
           type = "bool";
           rhs = name(c.getLhs()) + " " + predicate(c.getPredicate()) + " " + name(c.getRhs());
         })
         .Case([&](mlir::arith::SelectOp s) {
-          rhs = name(s.getCondition()) + " ? " + name(s.getTrueValue()) + " : " +
-                name(s.getFalseValue());
+          rhs = cpp ? name(s.getCondition()) + " ? " + name(s.getTrueValue()) + " : " + name(s.getFalseValue())
+                    : "torch.where(" + name(s.getCondition()) + ", " + name(s.getTrueValue()) + ", " +
+                          name(s.getFalseValue()) + ")";
         })
-        .Case([&](mlir::math::ExpOp) { rhs = un("expf"); })
-        .Case([&](mlir::math::LogOp) { rhs = un("logf"); })
-        .Case([&](mlir::math::Log1pOp) { rhs = un("log1pf"); })
-        .Case([&](mlir::math::TanhOp) { rhs = un("tanhf"); })
-        .Case([&](mlir::math::SqrtOp) { rhs = un("sqrtf"); })
-        .Case([&](mlir::math::RsqrtOp) { rhs = "1.0f / sqrtf(" + name(op.getOperand(0)) + ")"; })
-        .Case([&](mlir::math::AbsFOp) { rhs = un("fabsf"); })
+        .Case([&](mlir::math::ExpOp) { rhs = un(kExp); })
+        .Case([&](mlir::math::LogOp) { rhs = un(kLog); })
+        .Case([&](mlir::math::Log1pOp) { rhs = un(kLog1p); })
+        .Case([&](mlir::math::TanhOp) { rhs = un(kTanh); })
+        .Case([&](mlir::math::SqrtOp) { rhs = un(kSqrt); })
+        .Case([&](mlir::math::RsqrtOp) {
+          rhs = cpp ? "1.0f / sqrtf(" + name(op.getOperand(0)) + ")" : "torch.rsqrt(" + name(op.getOperand(0)) + ")";
+        })
+        .Case([&](mlir::math::AbsFOp) { rhs = un(kAbs); })
         .Default([&](mlir::Operation* other) {
           throw std::runtime_error("emit: cannot print '" + other->getName().getStringRef().str() +
                                    "' in a map body");
         });
     std::string var = "t" + std::to_string(next++);
-    code.statements.push_back("const " + type + " " + var + " = " + rhs + ";");
+    code.statements.push_back(cpp ? "const " + type + " " + var + " = " + rhs + ";" : var + " = " + rhs);
     names[op.getResult(0)] = var;
   }
   for (mlir::Value v : body.getTerminator()->getOperands()) code.results.push_back(name(v));

@@ -4,6 +4,7 @@
 #include "linac/Dialect/Linac/IR/LinacDialect.h"
 #include "linac/Emit/FusedRoles.h"
 #include "linac/Emit/LayerEmitter.h"
+#include "linac/Emit/PythonLayerEmitter.h"
 #include "linac/Emit/ScalarEmitter.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -90,15 +91,6 @@ std::string cppDecayClass(ml::DecayClass c) {
   throw std::runtime_error("emit: decay class not inferred (run linac-infer-decay-class)");
 }
 
-/// The C++ name of a map operand: the spec name of the input, parameter or index it reads.
-std::string operandName(mlir::Value v, size_t index) {
-  mlir::Operation* def = v.getDefiningOp();
-  if (auto in = llvm::dyn_cast_or_null<ml::InputOp>(def)) return in.getName().str();
-  if (auto p = llvm::dyn_cast_or_null<ml::ParamOp>(def)) return p.getName().str();
-  if (auto i = llvm::dyn_cast_or_null<ml::IndexOp>(def)) return i.getName().str();
-  return "x" + std::to_string(index);
-}
-
 std::string locText(mlir::Location loc) {
   if (auto f = llvm::dyn_cast<mlir::FileLineColLoc>(loc))
     return displayPath(f.getFilename().str()) + ":" + std::to_string(f.getLine()) + ":" +
@@ -126,7 +118,7 @@ void emitMap(ml::MapOp map, std::ostringstream& os, std::vector<RoleInfo>& roles
   bool grad = role.rfind("grad:", 0) == 0;
   std::string fn = grad ? role.substr(5) + "_grad" : role;
   std::vector<std::string> names;
-  for (auto [i, v] : llvm::enumerate(map.getInputs())) names.push_back(operandName(v, i));
+  for (auto [i, v] : llvm::enumerate(map.getInputs())) names.push_back(mapOperandName(v, i));
   ScalarCode code = emitScalarBody(map.getBodyBlock(), names);
   if (grad) {
     for (RoleInfo& r : roles)
@@ -455,7 +447,7 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
         {"name", p.getName().str()},
         {"extent", ml::stringifyExtent(llvm::cast<ml::FieldType>(p.getType()).getExtent()).str()},
         {"init", initText(p)}});
-  manifest["files"] = {name + ".h", name + "_register.cpp", name + "_cuda.cu"};
+  manifest["files"] = {name + ".h", name + "_register.cpp", name + "_cuda.cu", name + "_layer.py"};
 
   files[name + "/" + name + ".h"] = h.str();
   std::map<std::string, std::vector<std::string>> roleArgs;
@@ -463,6 +455,7 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
   const FusedRolesPlan fused = readFusedRoles(rec, roleArgs);
   files[name + "/" + name + "_register.cpp"] = registration(variant, origin, roles, fused);
   files[name + "/" + name + "_cuda.cu"] = deviceMaps(name, origin, roles, fused);
+  files[name + "/" + name + "_layer.py"] = pythonLayerSource(variant, banner(origin, "#"), origin.hash);
   files[name + "/manifest.json"] = manifestText(manifest);
   return files;
 }

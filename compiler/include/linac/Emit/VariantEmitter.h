@@ -7,6 +7,7 @@
 //                          registered with the runtime
 //   <name>/<name>_cuda.cu  the same functions as CUDA kernels over strided operands (device maps),
 //                          registered with the runtime; built only with LINAC_ENABLE_CUDA
+//   <name>/<name>_layer.py the layer description and the prologue functions in torch (linac.nn)
 //   <name>/manifest.json   what the runtime and `linac emit` need to know without C++
 #pragma once
 

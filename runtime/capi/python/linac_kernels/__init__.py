@@ -36,8 +36,12 @@ Where this differs from fla:
 
 Bad arguments raise TypeError (a wrong type or dtype) or ValueError (shape, device, layout,
 cu_seqlens), naming the argument.
+
+linac_kernels.nn.LinearAttention(variant, hidden_size) is a whole layer of a variant (projections,
+short convs, the spec's gates, the recurrence, the output norm and gate, o_proj) as a
+torch.nn.Module with the parameter names of linac's runtime (help(linac_kernels.nn)).
 """
-from . import _capi, ops
+from . import _capi, nn, ops
 
 __version__ = _capi.version()
 
@@ -47,4 +51,4 @@ def has_cuda():
     return _capi.has_cuda()
 
 
-__all__ = ["ops", "has_cuda", "__version__"]
+__all__ = ["nn", "ops", "has_cuda", "__version__"]
