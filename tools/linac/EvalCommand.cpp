@@ -14,6 +14,7 @@
 #include "eval/eval.h"
 #include "eval/run_model.h"
 #include "model/model.h"
+#include "tasks/cached_model.h"
 #include "tasks/report.h"
 #include "trainer/trainer.h"
 
@@ -129,7 +130,7 @@ int runEval(EvalFlags& f) {
     tasks::FullForwardOptions options;
     options.batch = settings.batch;
     options.maxLength = mc.preset.maxSeqLen;  // zero-shot inputs are cut to it from the left, as lm-eval does
-    auto model = tasks::makeFullForwardModel(forward, dev, options);
+    auto model = tasks::makeCachedModel(*lm, dev, options);  // prefill once, then decode steps
     const std::vector<std::string> haystack =
         plan.ruler.empty() ? std::vector<std::string>{} : haystackWords(f.haystack, trained.dataSource, *tokenizer);
     for (auto& line : runTasks(plan, settings, *model, *tokenizer, haystack)) lines.push_back(std::move(line));

@@ -1,6 +1,8 @@
 // The full-forward LanguageModel: generation and continuation scores on a toy forward whose
-// answers are known, padding invisible to a real HybridLM (batched == one at a time), and RULER
-// and the zero-shot samples end to end on a small random HybridLM on the CPU.
+// answers are known, padding invisible to a real HybridLM (batched == one at a time); the cached
+// LanguageModel generating what the full-forward one does; RULER and the zero-shot samples end to
+// end on a small random HybridLM on the CPU.
+#include "tasks/cached_model.h"
 #include "tasks/language_model.h"
 #include "tasks/report.h"
 #include "tasks/ruler_run.h"
@@ -97,11 +99,33 @@ TEST(FullForwardModel, PaddingIsInvisibleToAHybridModel) {
   }
 }
 
+TEST(CachedModel, GeneratesWhatTheFullForwardModelGenerates) {
+  // A Gated DeltaNet 1:1 hybrid: both the recurrent state and the KV cache are exercised.
+  model::HybridLM lm = smallModel();
+  auto full = makeFullForwardModel([&](const torch::Tensor& t) { return lm->forward(t); }, torch::kCPU);
+  FullForwardOptions options;
+  options.batch = 2;  // three prompts of length 5: a batch of two and one alone
+  auto cached = makeCachedModel(*lm, torch::kCPU, options);
+  const std::vector<TokenIds> prompts{
+      {0, 72, 105, 32, 116}, {0, 72, 105, 32, 116, 104, 101, 114, 101}, {0, 66, 67, 68, 69}, {0, 65}, {0, 7, 8, 9, 10}};
+  const std::vector<TokenIds> want = full->generate(prompts, 8, std::nullopt);
+  EXPECT_EQ(cached->generate(prompts, 8, std::nullopt), want);
+  // Stopping at the third token the second prompt produces: it ends there, others may too.
+  const int64_t stop = want[1][2];
+  EXPECT_EQ(cached->generate(prompts, 8, stop), full->generate(prompts, 8, stop));
+  EXPECT_EQ(cached->generate(prompts, 0, std::nullopt), (std::vector<TokenIds>(prompts.size())));
+  EXPECT_THROW(cached->generate({{}}, 1, std::nullopt), std::invalid_argument);
+
+  const std::vector<ContinuationRequest> requests{{{0, 1, 2, 3, 4, 5, 6}, {7, 8}}, {{0, 9}, {10, 11, 12}}};
+  const auto a = cached->score(requests), b = full->score(requests);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(a[i].logProbs, b[i].logProbs);
+}
+
 TEST(EndToEnd, RulerAndZeroShotOnASmallRandomModel) {
   model::HybridLM lm = smallModel();
   FullForwardOptions options;
   options.maxLength = 512;
-  auto model = makeFullForwardModel([&](const torch::Tensor& t) { return lm->forward(t); }, torch::kCPU, options);
+  auto model = makeCachedModel(*lm, torch::kCPU, options);  // as `linac eval` runs the tasks
   auto tok = data::makeByteTokenizer();
   const RulerSetup setup = testing::byteSetup(*tok);
 
