@@ -33,6 +33,10 @@
 #     the ctest entries labelled gpu (CUDA layers, generation parity, fla import parity) in a
 #     tests-enabled CUDA build; carry .deps/googletest (bench/fetch_deps.sh) and .fla/site.
 #
+#   bash bench/run_h200.sh parity [seconds]
+#     linac's Python package (python/, built with CUDA) beside fla's ops on identical inputs:
+#     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl).
+#
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
@@ -51,7 +55,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|parity [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -364,12 +368,40 @@ gputests() {
   grep -E "Test +#|tests passed|tests failed|\*\*\*Failed" "$OUT/gputests.log" | tail -20
 }
 
+# linac's Python package beside fla's ops on identical inputs (bench/fla_parity.py): the wheel's
+# CMake project (python/, no pip there) built with its CUDA backend and Hopper stages, installed
+# with python/linac beside it, then one JSON line per variant and tensor ($OUT/parity.jsonl) and
+# a table of the worst rows. fla compiles its ops for the parity shape (PARITY_SHAPE) in the call.
+parity() {
+  local prefix=/tmp/linac-wheel
+  restore_cache
+  { cmake -S python -B build-wheel -G Ninja -DSKBUILD_PROJECT_VERSION=0.1.0 -DLINAC_WHEEL_CUDA=ON \
+      -DLINAC_CUTLASS_INCLUDE_DIR="$(bash bench/cutlass_include.sh)" -DCMAKE_INSTALL_PREFIX="$prefix" &&
+    phase 420 cmake --build build-wheel -j16 && cmake --install build-wheel; } > "$OUT/parity.log" 2>&1 \
+    || { grep -E "error|FAILED|Error" "$OUT/parity.log" | head -30; return 1; }
+  cp python/linac/*.py "$prefix/linac/"
+  echo "parity: package built ($((SECONDS - start)) s)"
+  TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 400 python3 bench/fla_parity.py \
+    --shape "${PARITY_SHAPE:-2,1024,4,128}" > "$OUT/parity.jsonl" 2>> "$OUT/parity.log"
+  echo "parity rc=$? ($((SECONDS - start)) s)"
+  python3 - "$OUT/parity.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{'variant':16} {'tensor':6} {'linac-ref':>10} {'fla-ref':>10} {'linac-fla':>10}  pass  fla error")
+for r in rows:
+    f = lambda k: f"{r[k]:10.2e}" if k in r else f"{'-':>10}"
+    print(f"{r['variant']:16} {r['tensor']:6} {f('linac_vs_ref')} {f('fla_vs_ref')} {f('linac_vs_fla')}  "
+          f"{'yes' if r['pass'] else 'NO ':4}  {r.get('fla_error', '')[:40]}")
+PY
+}
+
 case "$MODE" in
   prepare) prepare ;;
   profile) profiled ;;
   lab) lab ;;
   time) timed ;;
   gputests) gputests ;;
+  parity) parity ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|parity [seconds]" >&2; exit 2 ;;
 esac
