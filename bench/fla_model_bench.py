@@ -8,7 +8,9 @@ configured like specs/gated_deltanet.yaml and specs/gla.yaml); full attention is
 linac's is (fla's Attention layer needs flash-attn and transformers, which the GPU machine lacks).
 
 One training step = bf16 autocast forward, fp32 cross-entropy, backward, clip to 1.0, AdamW
-(0.9, 0.95, wd 0.1). Prints one JSON line: parameters, tokens/s (median over timed steps after
+(0.9, 0.95, wd 0.1). --kernels linac runs the same model with fla's chunk kernels swapped for
+linac's (bench/fla_swap.py): from the same --seed both runs see the same initialisation and tokens,
+so their losses should agree within bf16 noise. Prints one JSON line: parameters, tokens/s (median over timed steps after
 warm-up), the losses seen, and MFU by bench/mfu.py's formula, the one used for linac's rows.
 Run on the GPU machine with fla's wheels unpacked on PYTHONPATH; never a dependency of linac.
 """
@@ -59,8 +61,8 @@ class Attention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
 
-def fla_layer(module, name):
-    """fla.layers.<module>.<name> without running fla/layers/__init__.py, which imports every layer,
+def fla_layer_module(module):
+    """fla.layers.<module> without running fla/layers/__init__.py, which imports every layer,
     some of them needing transformers (absent on the GPU machine; the two used here do not)."""
     import importlib
     import types
@@ -69,7 +71,11 @@ def fla_layer(module, name):
         pkg = types.ModuleType("fla.layers")
         pkg.__path__ = [os.path.join(os.path.dirname(fla.__file__), "layers")]
         sys.modules["fla.layers"] = pkg
-    return getattr(importlib.import_module(f"fla.layers.{module}"), name)
+    return importlib.import_module(f"fla.layers.{module}")
+
+
+def fla_layer(module, name):
+    return getattr(fla_layer_module(module), name)
 
 
 def linear_mixer(variant, hidden):
@@ -133,6 +139,10 @@ def main():
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (Triton compiles, autotuning)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--kernels", choices=("fla", "linac"), default="fla",
+                   help="linac: fla's layers with their chunk kernels swapped for linac's (bench/fla_swap.py; "
+                        "linac's Python package on PYTHONPATH)")
+    p.add_argument("--seed", type=int, default=0, help="the model's initialisation and the token draws")
     p.add_argument("--bypass-hopper-guard", action="store_true",
                    help="run fla's gated backward although it refuses this Triton on Hopper (wrong "
                         "results there, bench/fla_guard.py): for timing only")
@@ -141,12 +151,15 @@ def main():
         from fla_guard import bypass_hopper_guard
         bypass_hopper_guard()
 
-    torch.manual_seed(0)
+    if args.kernels == "linac":
+        from fla_swap import swap
+        swap(fla_layer_module)
+    torch.manual_seed(args.seed)
     dev = "cuda"
     model = HybridLM(args.variant, args.ratio, args.layers, args.hidden, args.attn_heads, args.vocab).to(dev)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    row = dict(backend="fla-layers", variant=args.variant, schedule=f"{args.ratio}:1", layers=args.layers,
+    row = dict(backend="fla-layers" if args.kernels == "fla" else "fla-layers+linac-kernels", variant=args.variant, schedule=f"{args.ratio}:1", layers=args.layers,
                hidden=args.hidden, vocab=args.vocab, batch=args.batch, seq_len=args.seq_len, params=params)
     if args.bypass_hopper_guard and args.variant == "gated_deltanet":  # GLA's layer never hits the guard
         row["guard_bypassed"] = True

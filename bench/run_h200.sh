@@ -35,7 +35,9 @@
 #
 #   bash bench/run_h200.sh parity [seconds]
 #     linac's Python package (python/, built with CUDA) beside fla's ops on identical inputs:
-#     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl).
+#     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl);
+#     then fla's 340m hybrids (PARITY_MODELS) for 30 steps with fla's kernels and with linac's
+#     swapped in (bench/fla_swap.py): the two loss curves ($OUT/parity-train.jsonl).
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -392,6 +394,29 @@ for r in rows:
     f = lambda k: f"{r[k]:10.2e}" if k in r else f"{'-':>10}"
     print(f"{r['variant']:16} {r['tensor']:6} {f('linac_vs_ref')} {f('fla_vs_ref')} {f('linac_vs_fla')}  "
           f"{'yes' if r['pass'] else 'NO ':4}  {r.get('fla_error', '')[:40]}")
+PY
+  # fla's 340m hybrids (bench/fla_model_bench.py), 30 steps from one seed with fla's kernels and
+  # with linac's swapped in (bench/fla_swap.py; its CPU check first): the loss curves side by side.
+  # Gated DeltaNet's fla backward runs only with the Hopper guard bypassed (wrong there, fla #640).
+  PYTHONPATH="$prefix:.fla/site" python3 bench/fla_swap.py 2>&1 | grep "fla_swap check"
+  for v in ${PARITY_MODELS-gla gated_deltanet}; do
+    for kernels in fla linac; do
+      TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 150 python3 bench/fla_model_bench.py --variant "$v" \
+        --kernels "$kernels" --warmup 0 --steps 30 --vocab 32000 --bypass-hopper-guard \
+        >> "$OUT/parity-train.jsonl" 2>> "$OUT/parity.log"
+      echo "parity train $v $kernels rc=$? ($((SECONDS - start)) s)"
+    done
+  done
+  python3 - "$OUT/parity-train.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for v in sorted({r["variant"] for r in rows}):
+    by = {r["backend"]: r for r in rows if r["variant"] == v}
+    a, b = by.get("fla-layers", {}).get("losses", []), by.get("fla-layers+linac-kernels", {}).get("losses", [])
+    n = min(len(a), len(b))
+    diff = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
+    print(f"{v}: {n} steps; loss fla {a[:1]} -> {a[n - 1:n]}, linac {b[:1]} -> {b[n - 1:n]}; max |diff| {diff:.4f}"
+          + "".join(f"; {k} error: {r['error'][:60]}" for k, r in by.items() if "error" in r))
 PY
 }
 
