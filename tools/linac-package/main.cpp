@@ -13,24 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
 namespace fs = std::filesystem;
-
-std::string readText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 struct Arguments {
   std::string out, runtime, version;
@@ -63,12 +53,12 @@ Arguments parse(int argc, char** argv) {
 std::optional<linac::cli::PackagedVariant> loadVariant(const fs::path& dir) {
   const std::string name = dir.filename().string();
   const fs::path manifestPath = dir / "manifest.json";
-  const std::string manifest = readText(manifestPath);
+  const std::string manifest = linac::cli::readText(manifestPath.string());
   const nlohmann::json j = nlohmann::json::parse(manifest, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.value("kind", "") == "attention") return std::nullopt;
   return linac::cli::PackagedVariant{linac::cli::parseManifest(manifest, manifestPath.string()),
-                                     readText(dir / (name + ".h")), manifest,
-                                     readText(dir / (name + "_layer.py"))};
+                                     linac::cli::readText((dir / (name + ".h")).string()), manifest,
+                                     linac::cli::readText((dir / (name + "_layer.py")).string())};
 }
 
 }  // namespace

@@ -17,14 +17,6 @@ bool isSource(const fs::path& p) {
   return ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".cuh";
 }
 
-std::string readText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void writeText(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
@@ -52,6 +44,14 @@ std::string substitute(std::string text, const std::vector<std::pair<std::string
 }
 
 }  // namespace
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 void writePackage(const std::vector<PackagedVariant>& variants, const PackageOptions& options) {
   const fs::path out(options.outDir);

@@ -34,6 +34,9 @@ struct PackageOptions {
   std::string version;    // the package version, MAJOR.MINOR.PATCH
 };
 
+/// The contents of a file. Throws std::runtime_error naming the path when it cannot be read.
+std::string readText(const std::string& path);
+
 /// Writes the package. Throws std::runtime_error naming the path that failed.
 void writePackage(const std::vector<PackagedVariant>& variants, const PackageOptions& options);
 
