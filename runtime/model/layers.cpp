@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include "ops/short_conv.h"
+
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
@@ -117,6 +119,12 @@ torch::Tensor activate(const torch::Tensor& x, runtime::Activation a) {
   case runtime::Activation::Elu1: return torch::elu(x) + 1.0;
   }
   throw std::invalid_argument("model: unknown activation");
+}
+
+torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a) {
+  if (ops::shortConvSupported(x.device()) && weight.size(-1) <= ops::kShortConvMaxWidth)
+    return ops::shortConv(x, weight, a);
+  return activate(causalConv(x, weight), a);
 }
 
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix) {

@@ -90,6 +90,10 @@ torch::Tensor causalConv(const torch::Tensor& x, const torch::Tensor& weight);
 
 torch::Tensor activate(const torch::Tensor& x, runtime::Activation a);
 
+/// activate(causalConv(x, weight), a): on CUDA one fused kernel, forward and backward
+/// (ops::shortConv: sums in fp32, weight used in fp32, x's dtype out); elsewhere the two composed.
+torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a);
+
 /// SwiGLU MLP parameters (fla's GatedMLP: gate_proj, up_proj, down_proj, no biases).
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix);
 /// down(silu(gate(x)) * up(x)) with the parameters of swigluPlan(prefix).

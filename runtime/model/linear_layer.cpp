@@ -86,9 +86,13 @@ torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const 
     return torch::linear(r, params_.at("proj_" + in.name),
                          in.bias ? params_.at("bias_" + in.name) : torch::Tensor());  // [B, T, width]
   });
-  if (in.conv > 0) h = profiled(scope::kShortConv, [&] { return causalConv(h, params_.at("conv_" + in.name)); });
+  // The convolution and its activation in one (one kernel on CUDA); without a convolution the
+  // activation is one of the maps.
+  if (in.conv > 0)
+    h = profiled(scope::kShortConv, [&] { return causalConvActivated(h, params_.at("conv_" + in.name), in.activation); });
   return profiled(scope::kPrologueEpilogue, [&] {
-    torch::Tensor f = activate(h, in.activation).reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
+    torch::Tensor f = (in.conv > 0 ? h : activate(h, in.activation))
+                          .reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
     if (in.l2norm && !normalizedInKernel(in.name)) f = l2Normalize(f);
     if (in.rope) f = rope(f, kInputRopeTheta);
     return f;

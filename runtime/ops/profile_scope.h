@@ -14,7 +14,7 @@ namespace linac::ops::scope {
 // The categories ("linac::" + name).
 inline constexpr const char* kMixerKernel = "linac::mixer_kernel";         // the recurrence / scan kernels
 inline constexpr const char* kPrologueEpilogue = "linac::prologue_epilogue";  // the spec's maps around them
-inline constexpr const char* kShortConv = "linac::short_conv";             // causal depthwise convolutions
+inline constexpr const char* kShortConv = "linac::short_conv";             // causal depthwise convolutions, their activations
 inline constexpr const char* kProjections = "linac::projections";         // mixers' input / output GEMMs
 inline constexpr const char* kAttention = "linac::attention";             // RoPE, SDPA
 inline constexpr const char* kMlp = "linac::mlp";                         // SwiGLU: GEMMs and activation

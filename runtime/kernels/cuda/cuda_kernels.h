@@ -9,6 +9,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace linac::kernels::cuda {
 
 /// Chunkwise forward (recurrence.h semantics): writes args.o [B, T, H, dv] and, when non-null,
@@ -34,5 +37,45 @@ void scanForward(DType dtype, const ScanShape& shape, const ScanForwardArgs& arg
 /// HGRN vector scan backward: d_x, d_g, d_h0; any may be null (h_{t-1} is recomputed in fp32).
 void scanBackward(DType dtype, const ScanShape& shape, const ScanBackwardArgs& args,
                   cudaStream_t stream);
+
+/// The activation applied after the short convolution (runtime::Activation's values, in its order).
+enum class ShortConvActivation : int { None = 0, Silu, Sigmoid, Relu, Tanh, Elu1 };
+/// The widest short convolution the kernels take (fla uses 4).
+constexpr int kShortConvMaxWidth = 8;
+
+/// A short causal depthwise convolution over [batch, seq_len, channels] with `width` taps.
+struct ShortConvShape {
+  int64_t batch = 0, seqLen = 0, channels = 0;
+  int width = 0;  // 1..kShortConvMaxWidth
+};
+
+struct ShortConvForwardArgs {
+  const void* x = nullptr;       // [B, T, C] dtype, contiguous
+  const float* weight = nullptr; // [C, W] fp32 (torch's depthwise [C, 1, W])
+  void* y = nullptr;             // [B, T, C] dtype
+};
+
+struct ShortConvBackwardArgs {
+  const void* x = nullptr;       // [B, T, C] dtype, as given to the forward
+  const float* weight = nullptr; // [C, W] fp32
+  const void* dy = nullptr;      // [B, T, C] dtype
+  void* dx = nullptr;            // [B, T, C] dtype, or null when not wanted
+  float* dweight = nullptr;      // [C, W] fp32 (overwritten), or null when not wanted
+  float* workspace = nullptr;    // shortConvWorkspaceFloats(shape) floats when dweight is wanted
+};
+
+/// y = act(causal depthwise conv(x, weight)) (short_conv.cu): y_t = act(sum_j w_j x_{t-W+1+j}),
+/// x_{<0} = 0, accumulated in fp32.
+void shortConvForward(DType dtype, ShortConvActivation activation, const ShortConvShape& shape,
+                      const ShortConvForwardArgs& args, cudaStream_t stream);
+
+/// The gradients of shortConvForward's y with respect to x and weight, from dy; the
+/// pre-activation is recomputed from x. dweight is summed over batch and time in a fixed order
+/// (deterministic).
+void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortConvShape& shape,
+                       const ShortConvBackwardArgs& args, cudaStream_t stream);
+
+/// fp32 elements of the workspace shortConvBackward needs to compute dweight.
+size_t shortConvWorkspaceFloats(const ShortConvShape& shape);
 
 }  // namespace linac::kernels::cuda

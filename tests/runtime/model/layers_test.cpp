@@ -1,10 +1,16 @@
 // The model's building blocks (runtime/model/layers.h) against the composed torch formulas they
-// replace: RMSNorm through ATen's rms_norm. The Layers suite runs on the CPU; LayersCuda (label
-// gpu) runs the checks on a GPU, where the fused kernels are taken.
+// replace: RMSNorm through ATen's rms_norm, the short convolution with its activation (one CUDA
+// kernel on the GPU, torch::conv1d on the CPU). The Layers suite runs on the CPU; LayersCuda
+// (label gpu) runs the checks on a GPU, where the fused kernels are taken.
 #include "model/layers.h"
+
+#include "ops/short_conv.h"
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace linac::model {
 namespace {
@@ -84,6 +90,84 @@ TEST(Layers, RmsNormUnderAutocastComputesInFp32) {
   EXPECT_EQ(rmsNorm(x, w).scalar_type(), torch::kBFloat16);
 }
 
+/// The short convolution's definition written out in float64: z_t = sum_j w_j x_{t-W+1+j}
+/// (x before t = 0 is 0), then the activation. x [B, T, C], weight [C, 1, W].
+torch::Tensor referenceShortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a) {
+  const int64_t T = x.size(1), W = weight.size(-1);
+  torch::Tensor x64 = x.to(torch::kFloat64), w64 = weight.to(torch::kFloat64);
+  torch::Tensor z = torch::zeros_like(x64);  // [B, T, C]
+  for (int64_t j = 0; j < W; ++j) {
+    const int64_t lag = W - 1 - j;  // w_j takes x_{t - lag}
+    if (lag >= T) continue;
+    torch::Tensor shifted = torch::constant_pad_nd(x64, {0, 0, lag, 0}).narrow(1, 0, T);  // x_{t - lag}
+    z = z + shifted * w64.select(1, 0).select(1, j);  // [C] broadcast over [B, T, C]
+  }
+  return activate(z, a);
+}
+
+const std::vector<runtime::Activation> kActivations = {
+    runtime::Activation::None, runtime::Activation::Silu, runtime::Activation::Sigmoid,
+    runtime::Activation::Relu, runtime::Activation::Tanh, runtime::Activation::Elu1};
+
+/// Values and gradients (x, weight) of causalConvActivated for one shape, dtype and activation
+/// against float64 references: the definition (referenceShortConv), or with `againstConv1d` the
+/// composed path (torch::conv1d, then the activation). Errors as rel-RMS (bf16 / fp16) or scaled
+/// max error (fp32).
+struct ConvErrors {
+  double y = 0, dx = 0, dw = 0;
+};
+ConvErrors shortConvErrors(torch::Device device, torch::Dtype dtype, int64_t B, int64_t T, int64_t C, int64_t W,
+                           runtime::Activation a, bool againstConv1d = false) {
+  auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  torch::Tensor x0 = torch::randn({B, T, C}, opts);
+  torch::Tensor w0 = (torch::randn({C, 1, W}, opts.dtype(torch::kFloat32)) / std::sqrt(double(W)));
+  torch::Tensor probe = torch::randn({B, T, C}, opts);
+  auto run = [&](bool reference) {
+    torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    torch::Tensor y = !reference     ? causalConvActivated(x, w, a)
+                      : againstConv1d ? activate(causalConv(x.to(torch::kFloat64), w.to(torch::kFloat64)), a)
+                                      : referenceShortConv(x, w, a);
+    (y * probe.to(y.scalar_type())).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const auto ours = run(false), reference = run(true);
+  EXPECT_EQ(ours[0].scalar_type(), dtype);
+  EXPECT_EQ(ours[1].scalar_type(), dtype);
+  EXPECT_EQ(ours[2].scalar_type(), torch::kFloat32);
+  auto relRms = [](const torch::Tensor& a, const torch::Tensor& b) {
+    torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+    return ((x - y).pow(2).mean().sqrt() / y.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
+  };
+  auto err = [&](size_t i) { return dtype == torch::kFloat32 ? maxError(ours[i], reference[i]) : relRms(ours[i], reference[i]); };
+  return {err(0), err(1), err(2)};
+}
+
+std::string describeCase(int64_t B, int64_t T, int64_t C, int64_t W, runtime::Activation a) {
+  return "B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " W " +
+         std::to_string(W) + " activation " + std::to_string(static_cast<int>(a));
+}
+
+// The CPU path (torch::conv1d with W - 1 zeros of left padding, then the activation) computes the
+// convolution the CUDA kernel's header defines, for every activation the specs use.
+TEST(Layers, CausalConvActivatedOnTheCpuMatchesTheDefinition) {
+  torch::manual_seed(11);
+  EXPECT_FALSE(ops::shortConvSupported(torch::kCPU));
+  for (runtime::Activation a : kActivations) {
+    const ConvErrors e = shortConvErrors(torch::kCPU, torch::kFloat32, 2, 9, 6, 4, a);
+    EXPECT_LE(e.y, 1e-6) << describeCase(2, 9, 6, 4, a);
+    EXPECT_LE(e.dx, 1e-6) << describeCase(2, 9, 6, 4, a);
+    EXPECT_LE(e.dw, 1e-6) << describeCase(2, 9, 6, 4, a);
+  }
+  // Fewer tokens than taps.
+  const ConvErrors e = shortConvErrors(torch::kCPU, torch::kFloat32, 1, 2, 3, 4, runtime::Activation::Silu);
+  EXPECT_LE(std::max({e.y, e.dx, e.dw}), 1e-6);
+}
+
+TEST(Layers, ShortConvOpRefusesCpuTensors) {
+  torch::Tensor x = torch::randn({1, 4, 3});
+  EXPECT_THROW(ops::shortConv(x, torch::randn({3, 1, 4}), runtime::Activation::Silu), std::invalid_argument);
+}
+
 // --- on the GPU (label gpu) ---------------------------------------------------------------------
 
 class LayersCuda : public ::testing::Test {
@@ -109,6 +193,56 @@ TEST_F(LayersCuda, RmsNormUnderAutocastMatchesTheComposedFormula) {
     EXPECT_EQ(reference.scalar_type(), torch::kFloat32);
     EXPECT_LE(maxError(ours, reference), 1e-5) << dtype;
   }
+}
+
+// The fused kernel against torch::conv1d + the activation in float64: shapes that cut the time tiles (64 tokens)
+// and the channel blocks (128) unevenly, fewer tokens than taps, every width up to 8, every
+// activation, fp32 / bf16 / fp16 inputs (the weight fp32, as the model's parameters are).
+TEST_F(LayersCuda, ShortConvMatchesTheDefinition) {
+  torch::manual_seed(13);
+  struct Case {
+    int64_t B, T, C, W;
+  };
+  const std::vector<Case> cases = {{2, 1, 8, 4},    {1, 2, 16, 4},   {1, 63, 130, 4}, {3, 200, 64, 3},
+                                   {2, 130, 96, 1}, {1, 129, 40, 8}, {2, 64, 256, 2}, {1, 300, 300, 5},
+                                   {2, 77, 33, 6},  {1, 65, 129, 7}};
+  struct Gate {
+    torch::Dtype dtype;
+    double tolerance;  // fp32: scaled max error; bf16 / fp16: rel-RMS (one rounding of y and dx)
+  };
+  for (const Gate g : {Gate{torch::kFloat32, 1e-5}, Gate{torch::kBFloat16, 8e-3}, Gate{torch::kHalf, 1e-3}}) {
+    for (const Case& c : cases) {
+      for (runtime::Activation a : kActivations) {
+        if (a != runtime::Activation::Silu && c.W != 4) continue;  // every activation on the W = 4 shapes
+        const ConvErrors e = shortConvErrors(torch::kCUDA, g.dtype, c.B, c.T, c.C, c.W, a, /*againstConv1d=*/true);
+        const std::string what = describeCase(c.B, c.T, c.C, c.W, a) + " dtype " + std::string(c10::toString(g.dtype));
+        EXPECT_LE(e.y, g.tolerance) << "values, " << what;
+        EXPECT_LE(e.dx, g.tolerance) << "d x, " << what;
+        EXPECT_LE(e.dw, g.tolerance) << "d weight, " << what;
+      }
+    }
+  }
+}
+
+// The weight's gradient is summed in a fixed order: two backward passes give the same bits. A
+// strided x (a transposed view) gives what its contiguous copy gives; only the wanted gradient is made.
+TEST_F(LayersCuda, ShortConvIsDeterministicAndTakesStridedInputs) {
+  torch::manual_seed(17);
+  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  torch::Tensor xT = torch::randn({2, 96, 500}, opts);  // [B, C, T]
+  torch::Tensor x = xT.transpose(1, 2);                  // [B, T, C], strided
+  torch::Tensor w = torch::randn({96, 1, 4}, opts.dtype(torch::kFloat32)).requires_grad_(true);
+  auto weightGrad = [&](const torch::Tensor& input) {
+    w.mutable_grad() = torch::Tensor();
+    causalConvActivated(input, w, runtime::Activation::Silu).sum().backward();
+    return w.grad().clone();
+  };
+  const torch::Tensor first = weightGrad(x), second = weightGrad(x), contiguous = weightGrad(x.contiguous());
+  EXPECT_TRUE(torch::equal(first, second));
+  EXPECT_TRUE(torch::equal(first, contiguous));
+  torch::Tensor xg = x.detach().clone().requires_grad_(true);
+  causalConvActivated(xg, w.detach(), runtime::Activation::Silu).sum().backward();
+  EXPECT_TRUE(xg.grad().defined());
 }
 
 }  // namespace

@@ -1,0 +1,274 @@
+// The short causal depthwise convolution with its activation (fla's ShortConvolution, which uses
+// causal-conv1d's kernels), forward and backward, on x [B, T, C] (channels innermost, as the
+// projections write it) and a weight [C, W] (torch's depthwise conv1d weight [C, 1, W]).
+//
+// Forward, per channel c (x_s = 0 for s < 0; every sum in fp32):
+//   z_t = sum_{j=0}^{W-1} w_j x_{t-W+1+j},   y_t = act(z_t).
+// This is torch::conv1d(x^T, w, padding W-1, groups C)'s first T outputs: w_{W-1} takes x_t.
+// Backward, from dy, with the pre-activation z recomputed from x (nothing saved but x and w):
+//   dz_t = dy_t act'(z_t),
+//   dx_s = sum_{j} w_j dz_{s+W-1-j}             (dz_t = 0 for t >= T),
+//   dw_j = sum_{b,t} dz_t x_{t-W+1+j}.
+//
+// One thread owns one channel over a tile of kTimeTile consecutive tokens of one sequence;
+// consecutive threads take consecutive channels, so every load and store of a warp is one
+// contiguous run of C-major memory. The thread walks its tile in time order with the last W
+// inputs in registers (a sliding window, W a template parameter so the window stays in
+// registers), so each input is read once plus a W-1 token halo at the tile's start. The backward
+// walk runs W-1 tokens past its tile's end (reading the next tile's inputs) to have
+// dz_{s..s+W-1} for every dx_s of its tile, and keeps the dz window likewise. dw is summed per
+// thread over its tile, written to a workspace [B * tiles, C, W], then summed over the tiles by
+// a second kernel in a fixed order (no atomics: the same inputs give the same bits).
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+#include "tile.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+namespace linac::kernels::cuda {
+namespace {
+
+/// Channels per block (one per thread) and tokens per thread.
+constexpr int kChannelsPerBlock = 128;
+constexpr int kTimeTile = 64;
+/// Threads per block of the dw reduction (one (channel, tap) each).
+constexpr int kReduceThreads = 256;
+
+__device__ __forceinline__ float sigmoidF32(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+/// act(z) in fp32.
+__device__ __forceinline__ float activate(ShortConvActivation a, float z) {
+  switch (a) {
+    case ShortConvActivation::None: return z;
+    case ShortConvActivation::Silu: return z * sigmoidF32(z);
+    case ShortConvActivation::Sigmoid: return sigmoidF32(z);
+    case ShortConvActivation::Relu: return z > 0.0f ? z : 0.0f;
+    case ShortConvActivation::Tanh: return tanhf(z);
+    case ShortConvActivation::Elu1: return z > 0.0f ? z + 1.0f : expm1f(z) + 1.0f;  // elu(z) + 1
+  }
+  return z;
+}
+
+/// act'(z) in fp32 (relu' and elu' at 0 taken from the left, as torch's backward does).
+__device__ __forceinline__ float activateGrad(ShortConvActivation a, float z) {
+  switch (a) {
+    case ShortConvActivation::None: return 1.0f;
+    case ShortConvActivation::Silu: {
+      const float s = sigmoidF32(z);
+      return s * (1.0f + z * (1.0f - s));
+    }
+    case ShortConvActivation::Sigmoid: {
+      const float s = sigmoidF32(z);
+      return s * (1.0f - s);
+    }
+    case ShortConvActivation::Relu: return z > 0.0f ? 1.0f : 0.0f;
+    case ShortConvActivation::Tanh: {
+      const float t = tanhf(z);
+      return 1.0f - t * t;
+    }
+    case ShortConvActivation::Elu1: return z > 0.0f ? 1.0f : expf(z);
+  }
+  return 1.0f;
+}
+
+/// Grid: (ceil(C / kChannelsPerBlock), ceil(T / kTimeTile), B); one thread per channel and tile.
+template <typename T, int W>
+__global__ void __launch_bounds__(kChannelsPerBlock)
+    shortConvForwardKernel(const T* __restrict__ x,        // [B, T, C]
+                           const float* __restrict__ w,    // [C, W]
+                           T* __restrict__ y,              // [B, T, C]
+                           int64_t seqLen, int64_t channels, ShortConvActivation act) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t t0 = int64_t(blockIdx.y) * kTimeTile;
+  const int64_t t1 = min(t0 + kTimeTile, seqLen);
+  const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
+  float wc[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) wc[j] = w[c * W + j];
+  float xw[W];  // xw[j] = x_{t-W+1+j}
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t s = t0 - (W - 1) + j;
+    xw[j] = s >= 0 ? tile::toF32(x[base + s * channels]) : 0.0f;
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    xw[W - 1] = tile::toF32(x[base + t * channels]);
+    float z = 0.0f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) z += wc[j] * xw[j];
+    y[base + t * channels] = tile::fromF32<T>(activate(act, z));
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) xw[j] = xw[j + 1];
+  }
+}
+
+/// Same grid as the forward. dx (may be null) for the thread's tile; dwPartial (may be null)
+/// [B * tiles, C, W]: the tile's share of dw.
+template <typename T, int W>
+__global__ void __launch_bounds__(kChannelsPerBlock)
+    shortConvBackwardKernel(const T* __restrict__ x,        // [B, T, C]
+                            const float* __restrict__ w,    // [C, W]
+                            const T* __restrict__ dy,       // [B, T, C]
+                            T* __restrict__ dx,             // [B, T, C] or null
+                            float* __restrict__ dwPartial,  // [B * tiles, C, W] or null
+                            int64_t seqLen, int64_t channels, ShortConvActivation act) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t t0 = int64_t(blockIdx.y) * kTimeTile;
+  const int64_t t1 = min(t0 + kTimeTile, seqLen);
+  const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
+  float wc[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) wc[j] = w[c * W + j];
+  float xw[W];   // xw[j] = x_{t-W+1+j}
+  float dzw[W];  // dzw[k] = dz_{t-W+1+k}; entries before t0 are never read into dx
+  float dwAcc[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) dzw[j] = 0.0f, dwAcc[j] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t s = t0 - (W - 1) + j;
+    xw[j] = s >= 0 ? tile::toF32(x[base + s * channels]) : 0.0f;
+  }
+  // t runs to t1 + W - 2: the last dx of the tile, dx_{t1-1}, needs dz up to t1 + W - 2.
+  for (int64_t t = t0; t < t1 + W - 1; ++t) {
+    float dz = 0.0f;  // dz_t = 0 past the sequence's end
+    if (t < seqLen) {
+      xw[W - 1] = tile::toF32(x[base + t * channels]);
+      float z = 0.0f;
+#pragma unroll
+      for (int j = 0; j < W; ++j) z += wc[j] * xw[j];
+      dz = tile::toF32(dy[base + t * channels]) * activateGrad(act, z);
+      if (t < t1) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) dwAcc[j] += dz * xw[j];
+      }
+    }
+    dzw[W - 1] = dz;
+    const int64_t s = t - (W - 1);  // the token whose dx is now complete
+    if (dx && s >= t0) {
+      float d = 0.0f;
+#pragma unroll
+      for (int j = 0; j < W; ++j) d += wc[j] * dzw[W - 1 - j];
+      dx[base + s * channels] = tile::fromF32<T>(d);
+    }
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) xw[j] = xw[j + 1], dzw[j] = dzw[j + 1];
+  }
+  if (dwPartial) {
+    const int64_t row = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;  // (b, tile)
+    float* out = dwPartial + (row * channels + c) * W;
+#pragma unroll
+    for (int j = 0; j < W; ++j) out[j] = dwAcc[j];
+  }
+}
+
+/// dw [C * W] = sum over rows of partial [rows, C * W], rows in order (deterministic).
+__global__ void __launch_bounds__(kReduceThreads)
+    reduceDweightKernel(const float* __restrict__ partial, float* __restrict__ dw, int64_t rows, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= width) return;
+  float sum = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sum += partial[r * width + i];
+  dw[i] = sum;
+}
+
+dim3 tileGrid(const ShortConvShape& s) {
+  return dim3(static_cast<unsigned>((s.channels + kChannelsPerBlock - 1) / kChannelsPerBlock),
+              static_cast<unsigned>((s.seqLen + kTimeTile - 1) / kTimeTile), static_cast<unsigned>(s.batch));
+}
+
+int64_t tileRows(const ShortConvShape& s) { return s.batch * ((s.seqLen + kTimeTile - 1) / kTimeTile); }
+
+void checkShape(const ShortConvShape& s) {
+  LINAC_REQUIRE(s.batch >= 0 && s.seqLen >= 0 && s.channels >= 0, "shortConv: negative extent");
+  LINAC_REQUIRE(s.width >= 1 && s.width <= kShortConvMaxWidth,
+                "shortConv: width " + std::to_string(s.width) + " outside [1, " +
+                    std::to_string(kShortConvMaxWidth) + "]");
+  LINAC_REQUIRE(s.batch <= 65535 && (s.seqLen + kTimeTile - 1) / kTimeTile <= 65535,
+                "shortConv: batch or seq_len past the launch grid's limits");
+}
+
+/// f(std::integral_constant<int, W>{}) for the runtime width W in [1, kShortConvMaxWidth].
+template <typename F>
+void withWidth(int width, F&& f) {
+  static_assert(kShortConvMaxWidth == 8, "withWidth lists every width up to kShortConvMaxWidth");
+  switch (width) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    default: LINAC_REQUIRE(false, "shortConv: width " + std::to_string(width) + " is not compiled");
+  }
+}
+
+/// f(T{}) for the element type of `dtype`.
+template <typename F>
+void withType(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: f(float{}); break;
+    case DType::BF16: f(__nv_bfloat16{}); break;
+    case DType::F16: f(__half{}); break;
+    default: LINAC_REQUIRE(false, "shortConv: unknown dtype");
+  }
+}
+
+}  // namespace
+
+size_t shortConvWorkspaceFloats(const ShortConvShape& shape) {
+  return static_cast<size_t>(tileRows(shape) * shape.channels * shape.width);
+}
+
+void shortConvForward(DType dtype, ShortConvActivation activation, const ShortConvShape& shape,
+                      const ShortConvForwardArgs& args, cudaStream_t stream) {
+  checkShape(shape);
+  if (shape.batch == 0 || shape.seqLen == 0 || shape.channels == 0) return;
+  LINAC_REQUIRE(args.x && args.weight && args.y, "shortConvForward: null x, weight or y");
+  withType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    withWidth(shape.width, [&](auto width) {
+      shortConvForwardKernel<T, decltype(width)::value><<<tileGrid(shape), kChannelsPerBlock, 0, stream>>>(
+          static_cast<const T*>(args.x), args.weight, static_cast<T*>(args.y), shape.seqLen, shape.channels,
+          activation);
+      LINAC_CUDA_CHECK_LAUNCH("shortConvForwardKernel");
+    });
+  });
+}
+
+void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortConvShape& shape,
+                       const ShortConvBackwardArgs& args, cudaStream_t stream) {
+  checkShape(shape);
+  LINAC_REQUIRE(args.x && args.weight && args.dy, "shortConvBackward: null x, weight or dy");
+  LINAC_REQUIRE(!args.dweight || args.workspace, "shortConvBackward: dweight wanted without a workspace");
+  if (!args.dx && !args.dweight) return;
+  const int64_t taps = shape.channels * shape.width;
+  if (shape.batch == 0 || shape.seqLen == 0 || shape.channels == 0) {
+    if (args.dweight && taps > 0) LINAC_CUDA_CHECK(cudaMemsetAsync(args.dweight, 0, taps * sizeof(float), stream));
+    return;
+  }
+  withType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    withWidth(shape.width, [&](auto width) {
+      shortConvBackwardKernel<T, decltype(width)::value><<<tileGrid(shape), kChannelsPerBlock, 0, stream>>>(
+          static_cast<const T*>(args.x), args.weight, static_cast<const T*>(args.dy), static_cast<T*>(args.dx),
+          args.dweight ? args.workspace : nullptr, shape.seqLen, shape.channels, activation);
+      LINAC_CUDA_CHECK_LAUNCH("shortConvBackwardKernel");
+    });
+  });
+  if (args.dweight) {
+    const auto blocks = static_cast<unsigned>((taps + kReduceThreads - 1) / kReduceThreads);
+    reduceDweightKernel<<<blocks, kReduceThreads, 0, stream>>>(args.workspace, args.dweight, tileRows(shape), taps);
+    LINAC_CUDA_CHECK_LAUNCH("reduceDweightKernel");
+  }
+}
+
+}  // namespace linac::kernels::cuda

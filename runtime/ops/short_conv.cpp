@@ -1,0 +1,128 @@
+#include "ops/short_conv.h"
+
+#include "ops/checks.h"
+
+#include <torch/autograd.h>
+
+#include <stdexcept>
+#include <string>
+
+#ifdef LINAC_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace linac::ops {
+namespace {
+
+constexpr std::string_view kOp = "linac::ops::shortConv";
+
+#ifdef LINAC_HAVE_CUDA
+namespace cuda = kernels::cuda;
+static_assert(kShortConvMaxWidth == cuda::kShortConvMaxWidth, "the op's width limit is the kernel's");
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+cuda::ShortConvActivation kernelActivation(runtime::Activation a) {
+  switch (a) {
+  case runtime::Activation::None: return cuda::ShortConvActivation::None;
+  case runtime::Activation::Silu: return cuda::ShortConvActivation::Silu;
+  case runtime::Activation::Sigmoid: return cuda::ShortConvActivation::Sigmoid;
+  case runtime::Activation::Relu: return cuda::ShortConvActivation::Relu;
+  case runtime::Activation::Tanh: return cuda::ShortConvActivation::Tanh;
+  case runtime::Activation::Elu1: return cuda::ShortConvActivation::Elu1;
+  }
+  throw std::invalid_argument(std::string(kOp) + ": unknown activation");
+}
+
+cuda::ShortConvShape kernelShape(const torch::Tensor& x, const torch::Tensor& weight) {
+  return {x.size(0), x.size(1), x.size(2), static_cast<int>(weight.size(-1))};
+}
+
+cudaStream_t streamFor(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+/// y = act(conv(x, weight)); saves x and the fp32 weight [C, W], and recomputes the
+/// pre-activation from them in backward.
+struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               int64_t activation) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xc = x.contiguous();                                                  // [B, T, C]
+    const torch::Tensor w32 = weight.reshape({weight.size(0), weight.size(-1)}).to(torch::kFloat32).contiguous();  // [C, W]
+    torch::Tensor y = torch::empty_like(xc);                                                  // [B, T, C]
+    cuda::ShortConvForwardArgs args;
+    args.x = xc.data_ptr(), args.weight = w32.data_ptr<float>(), args.y = y.data_ptr();
+    cuda::shortConvForward(checks::kernelDtype(xc.scalar_type()), static_cast<cuda::ShortConvActivation>(activation),
+                           kernelShape(xc, w32), args, streamFor(xc));
+    ctx->save_for_backward({xc, w32});
+    ctx->saved_data["activation"] = activation;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list gradOutputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];   // [B, T, C]
+    const torch::Tensor& w32 = saved[1]; // [C, W]
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor dy = gradOutputs[0].to(x.scalar_type()).contiguous();  // [B, T, C]
+    const bool wantX = ctx->needs_input_grad(0), wantWeight = ctx->needs_input_grad(1);
+    const cuda::ShortConvShape shape = kernelShape(x, w32);
+    torch::Tensor dx, dw32, workspace;
+    cuda::ShortConvBackwardArgs args;
+    args.x = x.data_ptr(), args.weight = w32.data_ptr<float>(), args.dy = dy.data_ptr();
+    if (wantX) {
+      dx = torch::empty_like(x);  // [B, T, C]
+      args.dx = dx.data_ptr();
+    }
+    if (wantWeight) {
+      dw32 = torch::empty_like(w32);  // [C, W]
+      workspace = torch::empty({static_cast<int64_t>(cuda::shortConvWorkspaceFloats(shape))}, w32.options());
+      args.dweight = dw32.data_ptr<float>(), args.workspace = workspace.data_ptr<float>();
+    }
+    cuda::shortConvBackward(checks::kernelDtype(x.scalar_type()),
+                            static_cast<cuda::ShortConvActivation>(ctx->saved_data["activation"].toInt()), shape, args,
+                            streamFor(x));
+    torch::Tensor dweight;  // [C, 1, W] in the weight's dtype
+    if (wantWeight)
+      dweight = dw32.view({shape.channels, 1, shape.width})
+                    .to(static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
+    return {dx, dweight, torch::Tensor()};
+  }
+};
+#endif
+
+}  // namespace
+
+bool shortConvSupported([[maybe_unused]] const torch::Device& device) {
+#ifdef LINAC_HAVE_CUDA
+  return device.is_cuda();
+#else
+  return false;
+#endif
+}
+
+torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation) {
+  checks::expectDefined(kOp, "x", x);
+  checks::expectDefined(kOp, "weight", weight);
+  checks::expectDim(kOp, "x", x, 3);
+  checks::expectKernelDtype(kOp, "x", x);
+  checks::expectFloating(kOp, "weight", weight);
+  if (!shortConvSupported(x.device()))
+    checks::fail(kOp, "x", "a CUDA tensor in a build with CUDA (the CPU composes torch::conv1d)", checks::describe(x));
+  checks::expectDevice(kOp, "weight", weight, x.device());
+  const int64_t C = x.size(2), W = weight.dim() == 3 ? weight.size(2) : 0;
+  if (weight.dim() != 3 || weight.size(0) != C || weight.size(1) != 1 || W < 1 || W > kShortConvMaxWidth)
+    checks::fail(kOp, "weight", "[" + std::to_string(C) + ", 1, W] with 1 <= W <= " + std::to_string(kShortConvMaxWidth),
+                 checks::describe(weight));
+#ifdef LINAC_HAVE_CUDA
+  return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)));
+#else
+  (void)activation;
+  throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
+#endif
+}
+
+}  // namespace linac::ops
