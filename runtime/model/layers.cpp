@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "ops/short_conv.h"
+#include "ops/swiglu.h"
 
 #include <ATen/autocast_mode.h>
 
@@ -122,8 +123,7 @@ torch::Tensor activate(const torch::Tensor& x, runtime::Activation a) {
 }
 
 torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a) {
-  if (ops::shortConvSupported(x.device()) && weight.size(-1) <= ops::kShortConvMaxWidth)
-    return ops::shortConv(x, weight, a);
+  if (ops::shortConvSupported(x, weight)) return ops::shortConv(x, weight, a);
   return activate(causalConv(x, weight), a);
 }
 
@@ -137,7 +137,9 @@ torch::Tensor swiglu(const torch::Tensor& x, const std::map<std::string, torch::
                      const std::string& prefix) {
   torch::Tensor gate = torch::linear(x, params.at(prefix + "_gate"));  // [B, T, I]
   torch::Tensor up = torch::linear(x, params.at(prefix + "_up"));      // [B, T, I]
-  return torch::linear(torch::silu(gate) * up, params.at(prefix + "_down"));
+  // silu(gate) * up: one kernel on CUDA (computed in fp32, rounded once), composed elsewhere.
+  torch::Tensor product = ops::swigluProductSupported(gate, up) ? ops::swigluProduct(gate, up) : torch::silu(gate) * up;
+  return torch::linear(product, params.at(prefix + "_down"));
 }
 
 }  // namespace linac::model

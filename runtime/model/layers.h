@@ -96,7 +96,8 @@ torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& w
 
 /// SwiGLU MLP parameters (fla's GatedMLP: gate_proj, up_proj, down_proj, no biases).
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix);
-/// down(silu(gate(x)) * up(x)) with the parameters of swigluPlan(prefix).
+/// down(silu(gate(x)) * up(x)) with the parameters of swigluPlan(prefix); the product is one fused
+/// kernel on CUDA (ops::swigluProduct).
 torch::Tensor swiglu(const torch::Tensor& x, const std::map<std::string, torch::Tensor>& params,
                      const std::string& prefix);
 

@@ -96,9 +96,14 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
 
 }  // namespace
 
-bool shortConvSupported([[maybe_unused]] const torch::Device& device) {
+bool shortConvSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]] const torch::Tensor& weight) {
 #ifdef LINAC_HAVE_CUDA
-  return device.is_cuda();
+  if (!x.defined() || !weight.defined() || !x.is_cuda() || weight.device() != x.device()) return false;
+  const auto dtype = x.scalar_type();
+  const bool kernelDtype = dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf;
+  return kernelDtype && x.dim() == 3 && torch::isFloatingType(weight.scalar_type()) && weight.dim() == 3 &&
+         weight.size(0) == x.size(2) && weight.size(1) == 1 && weight.size(2) >= 1 &&
+         weight.size(2) <= kShortConvMaxWidth;
 #else
   return false;
 #endif
@@ -110,13 +115,14 @@ torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, run
   checks::expectDim(kOp, "x", x, 3);
   checks::expectKernelDtype(kOp, "x", x);
   checks::expectFloating(kOp, "weight", weight);
-  if (!shortConvSupported(x.device()))
-    checks::fail(kOp, "x", "a CUDA tensor in a build with CUDA (the CPU composes torch::conv1d)", checks::describe(x));
   checks::expectDevice(kOp, "weight", weight, x.device());
-  const int64_t C = x.size(2), W = weight.dim() == 3 ? weight.size(2) : 0;
-  if (weight.dim() != 3 || weight.size(0) != C || weight.size(1) != 1 || W < 1 || W > kShortConvMaxWidth)
+  const int64_t C = x.size(2);
+  if (weight.dim() != 3 || weight.size(0) != C || weight.size(1) != 1 || weight.size(2) < 1 ||
+      weight.size(2) > kShortConvMaxWidth)
     checks::fail(kOp, "weight", "[" + std::to_string(C) + ", 1, W] with 1 <= W <= " + std::to_string(kShortConvMaxWidth),
                  checks::describe(weight));
+  if (!shortConvSupported(x, weight))
+    checks::fail(kOp, "x", "a CUDA tensor in a build with CUDA (the CPU composes torch::conv1d)", checks::describe(x));
 #ifdef LINAC_HAVE_CUDA
   return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)));
 #else

@@ -13,15 +13,16 @@ namespace linac::ops {
 /// The widest convolution shortConv takes (fla's ShortConvolution uses 4).
 constexpr int64_t kShortConvMaxWidth = 8;
 
-/// Whether shortConv runs on tensors of `device`: CUDA devices in a build with CUDA.
-bool shortConvSupported(const torch::Device& device);
+/// Whether shortConv takes x and weight: x [B, T, C] fp32 / bf16 / fp16 on a CUDA device (in a
+/// build with CUDA), weight [C, 1, W] floating on the same device, 1 <= W <= kShortConvMaxWidth.
+bool shortConvSupported(const torch::Tensor& x, const torch::Tensor& weight);
 
 /// act(z) with z_t = sum_j weight[c, 0, j] x[b, t - W + 1 + j, c] (x before t = 0 taken as 0):
 /// torch::conv1d over time with W - 1 zeros of left padding, groups C, then the activation.
 /// x [B, T, C] fp32 / bf16 / fp16 on a CUDA device; weight [C, 1, W] (any floating dtype, used in
-/// fp32), 1 <= W <= kShortConvMaxWidth. Sums in fp32; the result has x's dtype. Differentiable with respect to x
-/// and weight (gradients in their dtypes; the weight's summed in fp32 in a fixed order).
-/// Throws std::invalid_argument on other shapes or devices (shortConvSupported false).
+/// fp32), 1 <= W <= kShortConvMaxWidth. Sums in fp32; the result has x's dtype. Differentiable
+/// with respect to x and weight (gradients in their dtypes; the weight's summed in fp32 in a fixed
+/// order). Throws std::invalid_argument for what shortConvSupported refuses.
 torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation);
 
 }  // namespace linac::ops

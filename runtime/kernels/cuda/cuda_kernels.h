@@ -78,4 +78,25 @@ void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortC
 /// fp32 elements of the workspace shortConvBackward needs to compute dweight.
 size_t shortConvWorkspaceFloats(const ShortConvShape& shape);
 
+/// SwiGLU's product over n elements, every pointer [n] dtype, contiguous.
+struct SwigluForwardArgs {
+  const void* g = nullptr;  // the gate projection
+  const void* u = nullptr;  // the up projection
+  void* y = nullptr;
+};
+
+struct SwigluBackwardArgs {
+  const void* g = nullptr;
+  const void* u = nullptr;
+  const void* dy = nullptr;
+  void* dg = nullptr;
+  void* du = nullptr;
+};
+
+/// y = silu(g) * u (swiglu.cu), computed in fp32.
+void swigluForward(DType dtype, int64_t n, const SwigluForwardArgs& args, cudaStream_t stream);
+
+/// dg = dy u silu'(g), du = dy silu(g) (swiglu.cu), computed in fp32.
+void swigluBackward(DType dtype, int64_t n, const SwigluBackwardArgs& args, cudaStream_t stream);
+
 }  // namespace linac::kernels::cuda

@@ -1,10 +1,11 @@
 // The model's building blocks (runtime/model/layers.h) against the composed torch formulas they
-// replace: RMSNorm through ATen's rms_norm, the short convolution with its activation (one CUDA
-// kernel on the GPU, torch::conv1d on the CPU). The Layers suite runs on the CPU; LayersCuda
-// (label gpu) runs the checks on a GPU, where the fused kernels are taken.
+// replace: RMSNorm through ATen's rms_norm, the short convolution with its activation and
+// SwiGLU's product (CUDA kernels on the GPU, composed torch ops on the CPU). The Layers suite runs
+// on the CPU; LayersCuda (label gpu) runs the checks on a GPU, where the fused kernels are taken.
 #include "model/layers.h"
 
 #include "ops/short_conv.h"
+#include "ops/swiglu.h"
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
@@ -151,7 +152,7 @@ std::string describeCase(int64_t B, int64_t T, int64_t C, int64_t W, runtime::Ac
 // convolution the CUDA kernel's header defines, for every activation the specs use.
 TEST(Layers, CausalConvActivatedOnTheCpuMatchesTheDefinition) {
   torch::manual_seed(11);
-  EXPECT_FALSE(ops::shortConvSupported(torch::kCPU));
+  EXPECT_FALSE(ops::shortConvSupported(torch::randn({1, 4, 3}), torch::randn({3, 1, 4})));
   for (runtime::Activation a : kActivations) {
     const ConvErrors e = shortConvErrors(torch::kCPU, torch::kFloat32, 2, 9, 6, 4, a);
     EXPECT_LE(e.y, 1e-6) << describeCase(2, 9, 6, 4, a);
@@ -166,6 +167,14 @@ TEST(Layers, CausalConvActivatedOnTheCpuMatchesTheDefinition) {
 TEST(Layers, ShortConvOpRefusesCpuTensors) {
   torch::Tensor x = torch::randn({1, 4, 3});
   EXPECT_THROW(ops::shortConv(x, torch::randn({3, 1, 4}), runtime::Activation::Silu), std::invalid_argument);
+}
+
+// The CPU has no fused SwiGLU product: the op refuses CPU tensors, and the model composes
+// torch::silu(gate) * up there.
+TEST(Layers, SwigluProductRefusesCpuTensors) {
+  torch::Tensor g = torch::randn({3, 8}), u = torch::randn({3, 8});
+  EXPECT_FALSE(ops::swigluProductSupported(g, u));
+  EXPECT_THROW(ops::swigluProduct(g, u), std::invalid_argument);
 }
 
 // --- on the GPU (label gpu) ---------------------------------------------------------------------
@@ -243,6 +252,42 @@ TEST_F(LayersCuda, ShortConvIsDeterministicAndTakesStridedInputs) {
   torch::Tensor xg = x.detach().clone().requires_grad_(true);
   causalConvActivated(xg, w.detach(), runtime::Activation::Silu).sum().backward();
   EXPECT_TRUE(xg.grad().defined());
+}
+
+// The fused SwiGLU product against torch::silu(g) * u in float64: values and both gradients, for
+// element counts that leave a tail after the vectorized body, and for inputs one element off the
+// vector alignment (views narrowed by one: the element-wise path).
+TEST_F(LayersCuda, SwigluProductMatchesTheComposedProduct) {
+  torch::manual_seed(19);
+  struct Gate {
+    torch::Dtype dtype;
+    double tolerance;  // rel-RMS
+  };
+  for (const Gate gate : {Gate{torch::kFloat32, 1e-6}, Gate{torch::kBFloat16, 8e-3}, Gate{torch::kHalf, 1e-3}}) {
+    for (int64_t n : {1, 7, 1000, 4099, 1 << 18}) {
+      for (int64_t offset : {0, 1}) {
+        auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(gate.dtype);
+        const torch::Tensor gData = 2.0 * torch::randn({n + offset}, opts), uData = torch::randn({n + offset}, opts);
+        const torch::Tensor probe = torch::randn({n}, opts);
+        auto run = [&](bool reference) {
+          const auto dtype = reference ? torch::kFloat64 : gate.dtype;
+          torch::Tensor gBase = gData.to(dtype).requires_grad_(true), uBase = uData.to(dtype).requires_grad_(true);
+          torch::Tensor g = gBase.narrow(0, offset, n), u = uBase.narrow(0, offset, n);  // [n]
+          torch::Tensor y = reference ? torch::silu(g) * u : ops::swigluProduct(g, u);
+          (y * probe.to(dtype)).sum().backward();
+          return std::vector<torch::Tensor>{y.detach(), gBase.grad().narrow(0, offset, n), uBase.grad().narrow(0, offset, n)};
+        };
+        const auto ours = run(false), reference = run(true);
+        const char* names[] = {"values", "d g", "d u"};
+        for (size_t i = 0; i < ours.size(); ++i) {
+          EXPECT_EQ(ours[i].scalar_type(), gate.dtype) << names[i];
+          const torch::Tensor a = ours[i].to(torch::kFloat64), b = reference[i];
+          const double err = ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
+          EXPECT_LE(err, gate.tolerance) << names[i] << ", n " << n << " offset " << offset << " dtype " << gate.dtype;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
