@@ -10,15 +10,17 @@
 //   dx_s = sum_{j} w_j dz_{s+W-1-j}             (dz_t = 0 for t >= T),
 //   dw_j = sum_{b,t} dz_t x_{t-W+1+j}.
 //
-// One thread owns one channel over a tile of kTimeTile consecutive tokens of one sequence;
-// consecutive threads take consecutive channels, so every load and store of a warp is one
-// contiguous run of C-major memory. The thread walks its tile in time order with the last W
-// inputs in registers (a sliding window, W a template parameter so the window stays in
-// registers), so each input is read once plus a W-1 token halo at the tile's start. The backward
-// walk runs W-1 tokens past its tile's end (reading the next tile's inputs) to have
-// dz_{s..s+W-1} for every dx_s of its tile, and keeps the dz window likewise. dw is summed per
-// thread over its tile, written to a workspace [B * tiles, C, W], then summed over the tiles by
-// a second kernel in a fixed order (no atomics: the same inputs give the same bits).
+// One thread owns V consecutive channels over a tile of kTimeTile consecutive tokens of one
+// sequence, reading and writing them as one kVectorBytes access (V = 4 for bf16 / fp16, 2 for
+// fp32; V = 1 when C is not a multiple of V or a tensor is not so aligned); consecutive threads
+// take consecutive channels, so every load and store of a warp is one contiguous run of C-major
+// memory. The thread walks its tile in time order with the last W inputs in registers (a
+// sliding window, W a template parameter so the window stays in registers), so each input is
+// read once plus a W-1 token halo at the tile's start. The backward walk runs W-1 tokens past
+// its tile's end (reading the next tile's inputs) to have dz_{s..s+W-1} for every dx_s of its
+// tile, and keeps the dz window likewise. dw is summed per thread over its tile, written to a
+// workspace [B * tiles, C, W], then summed over the tiles by a second kernel in a fixed order
+// (no atomics: the same inputs give the same bits).
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "tile.cuh"
@@ -26,15 +28,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
 namespace linac::kernels::cuda {
 namespace {
 
-/// Channels per block (one per thread) and tokens per thread.
-constexpr int kChannelsPerBlock = 128;
+/// Threads per block, tokens per thread, and the bytes of a thread's vector access.
+constexpr int kThreadsPerBlock = 128;
 constexpr int kTimeTile = 64;
+constexpr int kVectorBytes = 8;
 /// Threads per block of the dw reduction (one (channel, tap) each).
 constexpr int kReduceThreads = 256;
 
@@ -75,96 +80,134 @@ __device__ __forceinline__ float activateGrad(ShortConvActivation a, float z) {
   return 1.0f;
 }
 
-/// Grid: (ceil(C / kChannelsPerBlock), ceil(T / kTimeTile), B); one thread per channel and tile.
-template <typename T, int W>
-__global__ void __launch_bounds__(kChannelsPerBlock)
+/// V consecutive elements, loaded and stored as one access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+/// Grid: (ceil(C / (kThreadsPerBlock * V)), ceil(T / kTimeTile), B); one thread per V channels
+/// and tile. C % V == 0 and the tensors aligned to V elements (the launcher checks).
+template <typename T, int W, int V>
+__global__ void __launch_bounds__(kThreadsPerBlock)
     shortConvForwardKernel(const T* __restrict__ x,        // [B, T, C]
                            const float* __restrict__ w,    // [C, W]
                            T* __restrict__ y,              // [B, T, C]
                            int64_t seqLen, int64_t channels, ShortConvActivation act) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  using P = Pack<T, V>;
+  const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;  // first of the thread's channels
   if (c >= channels) return;
   const int64_t t0 = int64_t(blockIdx.y) * kTimeTile;
   const int64_t t1 = min(t0 + kTimeTile, seqLen);
   const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
-  float wc[W];
+  float wc[V][W];
 #pragma unroll
-  for (int j = 0; j < W; ++j) wc[j] = w[c * W + j];
-  float xw[W];  // xw[j] = x_{t-W+1+j}
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < W; ++j) wc[v][j] = w[(c + v) * W + j];
+  float xw[V][W];  // xw[v][j] = x_{t-W+1+j} of channel c + v
 #pragma unroll
   for (int j = 0; j < W - 1; ++j) {
     const int64_t s = t0 - (W - 1) + j;
-    xw[j] = s >= 0 ? tile::toF32(x[base + s * channels]) : 0.0f;
+    P p{};
+    if (s >= 0) p = *reinterpret_cast<const P*>(x + base + s * channels);
+#pragma unroll
+    for (int v = 0; v < V; ++v) xw[v][j] = s >= 0 ? tile::toF32(p.v[v]) : 0.0f;
   }
   for (int64_t t = t0; t < t1; ++t) {
-    xw[W - 1] = tile::toF32(x[base + t * channels]);
-    float z = 0.0f;
+    const P in = *reinterpret_cast<const P*>(x + base + t * channels);
+    P out;
 #pragma unroll
-    for (int j = 0; j < W; ++j) z += wc[j] * xw[j];
-    y[base + t * channels] = tile::fromF32<T>(activate(act, z));
+    for (int v = 0; v < V; ++v) {
+      xw[v][W - 1] = tile::toF32(in.v[v]);
+      float z = 0.0f;
 #pragma unroll
-    for (int j = 0; j < W - 1; ++j) xw[j] = xw[j + 1];
+      for (int j = 0; j < W; ++j) z += wc[v][j] * xw[v][j];
+      out.v[v] = tile::fromF32<T>(activate(act, z));
+#pragma unroll
+      for (int j = 0; j < W - 1; ++j) xw[v][j] = xw[v][j + 1];
+    }
+    *reinterpret_cast<P*>(y + base + t * channels) = out;
   }
 }
 
 /// Same grid as the forward. dx (may be null) for the thread's tile; dwPartial (may be null)
 /// [B * tiles, C, W]: the tile's share of dw.
-template <typename T, int W>
-__global__ void __launch_bounds__(kChannelsPerBlock)
+template <typename T, int W, int V>
+__global__ void __launch_bounds__(kThreadsPerBlock)
     shortConvBackwardKernel(const T* __restrict__ x,        // [B, T, C]
                             const float* __restrict__ w,    // [C, W]
                             const T* __restrict__ dy,       // [B, T, C]
                             T* __restrict__ dx,             // [B, T, C] or null
                             float* __restrict__ dwPartial,  // [B * tiles, C, W] or null
                             int64_t seqLen, int64_t channels, ShortConvActivation act) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  using P = Pack<T, V>;
+  const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;  // first of the thread's channels
   if (c >= channels) return;
   const int64_t t0 = int64_t(blockIdx.y) * kTimeTile;
   const int64_t t1 = min(t0 + kTimeTile, seqLen);
   const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
-  float wc[W];
+  float wc[V][W];
 #pragma unroll
-  for (int j = 0; j < W; ++j) wc[j] = w[c * W + j];
-  float xw[W];   // xw[j] = x_{t-W+1+j}
-  float dzw[W];  // dzw[k] = dz_{t-W+1+k}; entries before t0 are never read into dx
-  float dwAcc[W];
+  for (int v = 0; v < V; ++v)
 #pragma unroll
-  for (int j = 0; j < W; ++j) dzw[j] = 0.0f, dwAcc[j] = 0.0f;
+    for (int j = 0; j < W; ++j) wc[v][j] = w[(c + v) * W + j];
+  float xw[V][W];   // xw[v][j] = x_{t-W+1+j} of channel c + v
+  float dzw[V][W];  // dzw[v][k] = dz_{t-W+1+k}; entries before t0 are never read into dx
+  float dwAcc[V][W];
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < W; ++j) dzw[v][j] = 0.0f, dwAcc[v][j] = 0.0f;
 #pragma unroll
   for (int j = 0; j < W - 1; ++j) {
     const int64_t s = t0 - (W - 1) + j;
-    xw[j] = s >= 0 ? tile::toF32(x[base + s * channels]) : 0.0f;
+    P p{};
+    if (s >= 0) p = *reinterpret_cast<const P*>(x + base + s * channels);
+#pragma unroll
+    for (int v = 0; v < V; ++v) xw[v][j] = s >= 0 ? tile::toF32(p.v[v]) : 0.0f;
   }
   // t runs to t1 + W - 2: the last dx of the tile, dx_{t1-1}, needs dz up to t1 + W - 2.
   for (int64_t t = t0; t < t1 + W - 1; ++t) {
-    float dz = 0.0f;  // dz_t = 0 past the sequence's end
-    if (t < seqLen) {
-      xw[W - 1] = tile::toF32(x[base + t * channels]);
-      float z = 0.0f;
-#pragma unroll
-      for (int j = 0; j < W; ++j) z += wc[j] * xw[j];
-      dz = tile::toF32(dy[base + t * channels]) * activateGrad(act, z);
-      if (t < t1) {
-#pragma unroll
-        for (int j = 0; j < W; ++j) dwAcc[j] += dz * xw[j];
-      }
+    const bool inside = t < seqLen;  // dz_t = 0 past the sequence's end
+    P xin{}, dyin{};
+    if (inside) {
+      xin = *reinterpret_cast<const P*>(x + base + t * channels);
+      dyin = *reinterpret_cast<const P*>(dy + base + t * channels);
     }
-    dzw[W - 1] = dz;
     const int64_t s = t - (W - 1);  // the token whose dx is now complete
-    if (dx && s >= t0) {
+    P dxout;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float dz = 0.0f;
+      if (inside) {
+        xw[v][W - 1] = tile::toF32(xin.v[v]);
+        float z = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; ++j) z += wc[v][j] * xw[v][j];
+        dz = tile::toF32(dyin.v[v]) * activateGrad(act, z);
+        if (t < t1) {
+#pragma unroll
+          for (int j = 0; j < W; ++j) dwAcc[v][j] += dz * xw[v][j];
+        }
+      }
+      dzw[v][W - 1] = dz;
       float d = 0.0f;
 #pragma unroll
-      for (int j = 0; j < W; ++j) d += wc[j] * dzw[W - 1 - j];
-      dx[base + s * channels] = tile::fromF32<T>(d);
-    }
+      for (int j = 0; j < W; ++j) d += wc[v][j] * dzw[v][W - 1 - j];
+      dxout.v[v] = tile::fromF32<T>(d);
 #pragma unroll
-    for (int j = 0; j < W - 1; ++j) xw[j] = xw[j + 1], dzw[j] = dzw[j + 1];
+      for (int j = 0; j < W - 1; ++j) xw[v][j] = xw[v][j + 1], dzw[v][j] = dzw[v][j + 1];
+    }
+    if (dx && s >= t0) *reinterpret_cast<P*>(dx + base + s * channels) = dxout;
   }
   if (dwPartial) {
     const int64_t row = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;  // (b, tile)
-    float* out = dwPartial + (row * channels + c) * W;
+    float* out = dwPartial + (row * channels + c) * W;  // V * W consecutive floats
 #pragma unroll
-    for (int j = 0; j < W; ++j) out[j] = dwAcc[j];
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int j = 0; j < W; ++j) out[v * W + j] = dwAcc[v][j];
   }
 }
 
@@ -178,9 +221,17 @@ __global__ void __launch_bounds__(kReduceThreads)
   dw[i] = sum;
 }
 
-dim3 tileGrid(const ShortConvShape& s) {
-  return dim3(static_cast<unsigned>((s.channels + kChannelsPerBlock - 1) / kChannelsPerBlock),
+dim3 tileGrid(const ShortConvShape& s, int vector) {
+  const int64_t perBlock = int64_t(kThreadsPerBlock) * vector;
+  return dim3(static_cast<unsigned>((s.channels + perBlock - 1) / perBlock),
               static_cast<unsigned>((s.seqLen + kTimeTile - 1) / kTimeTile), static_cast<unsigned>(s.batch));
+}
+
+/// Whether every one of `pointers` (null ones aside) is aligned to `bytes`.
+bool aligned(std::initializer_list<const void*> pointers, size_t bytes) {
+  for (const void* p : pointers)
+    if (p && reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
+  return true;
 }
 
 int64_t tileRows(const ShortConvShape& s) { return s.batch * ((s.seqLen + kTimeTile - 1) / kTimeTile); }
@@ -235,11 +286,18 @@ void shortConvForward(DType dtype, ShortConvActivation activation, const ShortCo
   LINAC_REQUIRE(args.x && args.weight && args.y, "shortConvForward: null x, weight or y");
   withType(dtype, [&](auto zero) {
     using T = decltype(zero);
+    constexpr int kVec = kVectorBytes / sizeof(T);
+    const bool vectorized = shape.channels % kVec == 0 && aligned({args.x, args.y}, kVectorBytes);
     withWidth(shape.width, [&](auto width) {
-      shortConvForwardKernel<T, decltype(width)::value><<<tileGrid(shape), kChannelsPerBlock, 0, stream>>>(
-          static_cast<const T*>(args.x), args.weight, static_cast<T*>(args.y), shape.seqLen, shape.channels,
-          activation);
-      LINAC_CUDA_CHECK_LAUNCH("shortConvForwardKernel");
+      constexpr int W = decltype(width)::value;
+      auto launch = [&](auto kernel, int vector) {
+        kernel<<<tileGrid(shape, vector), kThreadsPerBlock, 0, stream>>>(
+            static_cast<const T*>(args.x), args.weight, static_cast<T*>(args.y), shape.seqLen, shape.channels,
+            activation);
+        LINAC_CUDA_CHECK_LAUNCH("shortConvForwardKernel");
+      };
+      if (vectorized) launch(shortConvForwardKernel<T, W, kVec>, kVec);
+      else launch(shortConvForwardKernel<T, W, 1>, 1);
     });
   });
 }
@@ -257,11 +315,18 @@ void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortC
   }
   withType(dtype, [&](auto zero) {
     using T = decltype(zero);
+    constexpr int kVec = kVectorBytes / sizeof(T);
+    const bool vectorized = shape.channels % kVec == 0 && aligned({args.x, args.dy, args.dx}, kVectorBytes);
     withWidth(shape.width, [&](auto width) {
-      shortConvBackwardKernel<T, decltype(width)::value><<<tileGrid(shape), kChannelsPerBlock, 0, stream>>>(
-          static_cast<const T*>(args.x), args.weight, static_cast<const T*>(args.dy), static_cast<T*>(args.dx),
-          args.dweight ? args.workspace : nullptr, shape.seqLen, shape.channels, activation);
-      LINAC_CUDA_CHECK_LAUNCH("shortConvBackwardKernel");
+      constexpr int W = decltype(width)::value;
+      auto launch = [&](auto kernel, int vector) {
+        kernel<<<tileGrid(shape, vector), kThreadsPerBlock, 0, stream>>>(
+            static_cast<const T*>(args.x), args.weight, static_cast<const T*>(args.dy), static_cast<T*>(args.dx),
+            args.dweight ? args.workspace : nullptr, shape.seqLen, shape.channels, activation);
+        LINAC_CUDA_CHECK_LAUNCH("shortConvBackwardKernel");
+      };
+      if (vectorized) launch(shortConvBackwardKernel<T, W, kVec>, kVec);
+      else launch(shortConvBackwardKernel<T, W, 1>, 1);
     });
   });
   if (args.dweight) {
