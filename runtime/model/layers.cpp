@@ -1,5 +1,6 @@
 #include "model/layers.h"
 
+#include "ops/l2_norm.h"
 #include "ops/short_conv.h"
 #include "ops/swiglu.h"
 
@@ -99,6 +100,7 @@ void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v) {
 }
 
 torch::Tensor l2Normalize(const torch::Tensor& x, double eps) {
+  if (ops::l2NormalizeSupported(x)) return ops::l2Normalize(x, eps);  // one kernel each way on CUDA
   return x * torch::rsqrt(x.pow(2).sum(-1, true) + eps);
 }
 

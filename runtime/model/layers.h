@@ -81,7 +81,8 @@ torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset = 0);
 /// in fp32 there).
 void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v);
 
-/// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm).
+/// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm): ops::l2Normalize's one kernel each
+/// way for CUDA tensors (in x's dtype, computed in fp32), composed torch ops elsewhere.
 torch::Tensor l2Normalize(const torch::Tensor& x, double eps = kNormEps);
 
 /// Short causal depthwise conv (fla's ShortConvolution without bias): x [B, T, C], weight

@@ -1,5 +1,6 @@
 #include "prologue/fused_recurrence.h"
 
+#include "ops/l2_norm.h"
 #include "ops/profile_scope.h"
 #include "ops/recurrence_ops.h"
 #include "prologue/map_op.h"
@@ -31,8 +32,10 @@ const torch::Tensor& operandNamed(const runtime::VariantKernels& variant, const 
   return it->second;
 }
 
-/// The kernels' L2 norm (kernels/common/fused.h), computed in fp32, returned in x's dtype.
+/// The kernels' L2 norm (kernels/common/fused.h), computed in fp32, returned in x's dtype: one
+/// kernel each way on CUDA (ops/l2_norm.h), composed torch ops elsewhere.
 torch::Tensor l2Normalize(const torch::Tensor& x) {
+  if (ops::l2NormalizeSupported(x)) return ops::l2Normalize(x, kernels::kL2NormEps);
   const torch::Tensor x32 = x.to(torch::kFloat);
   return (x32 / torch::sqrt(x32.pow(2).sum(-1, true) + kernels::kL2NormEps)).to(x.scalar_type());
 }

@@ -99,4 +99,30 @@ void swigluForward(DType dtype, int64_t n, const SwigluForwardArgs& args, cudaSt
 /// dg = dy u silu'(g), du = dy silu(g) (swiglu.cu), computed in fp32.
 void swigluBackward(DType dtype, int64_t n, const SwigluBackwardArgs& args, cudaStream_t stream);
 
+/// Rows of an L2 normalisation over the last dimension: x [rows, dim], contiguous.
+struct L2NormShape {
+  int64_t rows = 0;
+  int dim = 0;
+  float eps = 0.0f;  // y = x / sqrt(sum x^2 + eps)
+};
+
+struct L2NormForwardArgs {
+  const void* x = nullptr;  // [rows, dim] dtype
+  void* y = nullptr;        // [rows, dim] dtype
+  float* r = nullptr;       // [rows] fp32: 1 / sqrt(sum x^2 + eps), kept for the backward
+};
+
+struct L2NormBackwardArgs {
+  const void* x = nullptr;   // [rows, dim] dtype, as given to the forward
+  const void* dy = nullptr;  // [rows, dim] dtype
+  const float* r = nullptr;  // [rows] fp32, as the forward wrote it
+  void* dx = nullptr;        // [rows, dim] dtype
+};
+
+/// y = x / sqrt(sum x^2 + eps) per row (l2_norm.cu), computed in fp32; writes r too.
+void l2NormForward(DType dtype, const L2NormShape& shape, const L2NormForwardArgs& args, cudaStream_t stream);
+
+/// dx = r (dy - x r^2 (x . dy)) per row (l2_norm.cu), computed in fp32.
+void l2NormBackward(DType dtype, const L2NormShape& shape, const L2NormBackwardArgs& args, cudaStream_t stream);
+
 }  // namespace linac::kernels::cuda

@@ -5,6 +5,7 @@
 #include "model/layers.h"
 
 #include "ops/short_conv.h"
+#include "ops/l2_norm.h"
 #include "ops/swiglu.h"
 
 #include <ATen/autocast_mode.h>
@@ -177,6 +178,17 @@ TEST(Layers, SwigluProductRefusesCpuTensors) {
   EXPECT_THROW(ops::swigluProduct(g, u), std::invalid_argument);
 }
 
+// The CPU has no fused L2 norm: the op refuses CPU tensors, and l2Normalize composes torch ops
+// there (x * rsqrt(sum x^2 + eps), fla's l2norm).
+TEST(Layers, L2NormalizeOnTheCpuIsTheComposedFormula) {
+  torch::manual_seed(23);
+  torch::Tensor x = torch::randn({2, 5, 3, 64}, torch::kFloat64);
+  EXPECT_FALSE(ops::l2NormalizeSupported(x));
+  EXPECT_THROW(ops::l2Normalize(x, kNormEps), std::invalid_argument);
+  torch::Tensor y = l2Normalize(x);
+  EXPECT_LE(maxError(y, x / (x.pow(2).sum(-1, true) + kNormEps).sqrt()), 1e-15);
+}
+
 // --- on the GPU (label gpu) ---------------------------------------------------------------------
 
 class LayersCuda : public ::testing::Test {
@@ -284,6 +296,47 @@ TEST_F(LayersCuda, SwigluProductMatchesTheComposedProduct) {
           const torch::Tensor a = ours[i].to(torch::kFloat64), b = reference[i];
           const double err = ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
           EXPECT_LE(err, gate.tolerance) << names[i] << ", n " << n << " offset " << offset << " dtype " << gate.dtype;
+        }
+      }
+    }
+  }
+}
+
+// The fused L2 norm against the composed formula in float64: values and the gradient, row
+// lengths that take the vector path (16-byte accesses: 64, 128, 256, 40 in fp32) and the
+// element-wise one (33, 130 in bf16 / fp16, 1), a view one element off the alignment, rows of zeros
+// (eps keeps them finite), and a large-magnitude row.
+TEST_F(LayersCuda, L2NormalizeMatchesTheComposedFormula) {
+  torch::manual_seed(29);
+  struct Gate {
+    torch::Dtype dtype;
+    double tolerance;  // rel-RMS: one rounding of y and of dx
+  };
+  for (const Gate gate : {Gate{torch::kFloat32, 1e-6}, Gate{torch::kBFloat16, 8e-3}, Gate{torch::kHalf, 1e-3}}) {
+    for (int64_t D : {64, 128, 256, 40, 33, 130, 1}) {
+      for (int64_t offset : {0, 1}) {
+        auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(gate.dtype);
+        const int64_t rows = 3 * 70 * 2;  // [B, T, H] = [3, 70, 2]
+        torch::Tensor data = torch::randn({rows * D + offset}, opts);
+        data.narrow(0, offset, D).zero_();                    // a row of zeros
+        data.narrow(0, offset + D, D).mul_(100.0);             // a large one
+        const torch::Tensor probe = torch::randn({3, 70, 2, D}, opts);
+        auto run = [&](bool reference) {
+          const auto dtype = reference ? torch::kFloat64 : gate.dtype;
+          torch::Tensor base = data.to(dtype).requires_grad_(true);
+          torch::Tensor x = base.narrow(0, offset, rows * D).view({3, 70, 2, D});
+          torch::Tensor y = reference ? x / (x.pow(2).sum(-1, true) + kNormEps).sqrt() : l2Normalize(x);
+          (y * probe.to(dtype)).sum().backward();
+          return std::vector<torch::Tensor>{y.detach(), base.grad().narrow(0, offset, rows * D)};
+        };
+        const auto ours = run(false), reference = run(true);
+        const char* names[] = {"values", "d x"};
+        for (size_t i = 0; i < ours.size(); ++i) {
+          EXPECT_EQ(ours[i].scalar_type(), gate.dtype) << names[i];
+          const torch::Tensor a = ours[i].to(torch::kFloat64), b = reference[i];
+          EXPECT_TRUE(torch::isfinite(a).all().item<bool>()) << names[i] << ", D " << D << " dtype " << gate.dtype;
+          const double err = ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
+          EXPECT_LE(err, gate.tolerance) << names[i] << ", D " << D << " offset " << offset << " dtype " << gate.dtype;
         }
       }
     }
