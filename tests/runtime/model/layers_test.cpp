@@ -283,7 +283,9 @@ TEST_F(LayersCuda, SwigluProductMatchesTheComposedProduct) {
         const torch::Tensor probe = torch::randn({n}, opts);
         auto run = [&](bool reference) {
           const auto dtype = reference ? torch::kFloat64 : gate.dtype;
-          torch::Tensor gBase = gData.to(dtype).requires_grad_(true), uBase = uData.to(dtype).requires_grad_(true);
+          // detached: the first run's leaves must not turn the second run's copies into non-leaves
+          torch::Tensor gBase = gData.to(dtype).detach().requires_grad_(true);
+          torch::Tensor uBase = uData.to(dtype).detach().requires_grad_(true);
           torch::Tensor g = gBase.narrow(0, offset, n), u = uBase.narrow(0, offset, n);  // [n]
           torch::Tensor y = reference ? torch::silu(g) * u : ops::swigluProduct(g, u);
           (y * probe.to(dtype)).sum().backward();
@@ -323,7 +325,7 @@ TEST_F(LayersCuda, L2NormalizeMatchesTheComposedFormula) {
         const torch::Tensor probe = torch::randn({3, 70, 2, D}, opts);
         auto run = [&](bool reference) {
           const auto dtype = reference ? torch::kFloat64 : gate.dtype;
-          torch::Tensor base = data.to(dtype).requires_grad_(true);
+          torch::Tensor base = data.to(dtype).detach().requires_grad_(true);  // a fresh leaf each run
           torch::Tensor x = base.narrow(0, offset, rows * D).view({3, 70, 2, D});
           torch::Tensor y = reference ? x / (x.pow(2).sum(-1, true) + kNormEps).sqrt() : l2Normalize(x);
           (y * probe.to(dtype)).sum().backward();
