@@ -18,8 +18,8 @@
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
 //   --hopper-block-inverse  the delta rule's forward cases take the opt-in blockwise (I + A)^-1
 //                 (LINAC_HOPPER_BLOCK_INVERSE=1); the forward timings show it beside the default
-//   --hopper-wide the forward takes key dim 256 and value dims above 256 on the Hopper stages
-//                 (LINAC_HOPPER_WIDE=1; the dk 256 cases, and the fwd-only wide-head cases)
+//   --hopper-wide forces the Hopper stages for key dim 256 and value dims above 256
+//                 (LINAC_HOPPER_WIDE=1, the default; the dk 256 cases, the fwd-only wide-head cases)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -711,7 +711,7 @@ void bench() {
       const bool anchor = sh.B == 8 && sh.T == 4096 && sh.H == 8 && sh.D == 128;
       timeRow(r.name, r.kind, sh.B, sh.T, sh.H, sh.D, sh.D, anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
-  // Gated DeltaNet's heads at the 340m preset (dk 256, dv 512; the Hopper stages with --hopper-wide)
+  // Gated DeltaNet's heads at the 340m preset (dk 256, dv 512; the Hopper stages unless LINAC_HOPPER_WIDE=0)
   if (benchRow("GDN 340m"))
     timeRow("GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 4, 4096, 4, 256, 512, "-");
   const int B = 8, T = 4096;
@@ -899,7 +899,7 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 1000, 1, 128, 256, {}});
             // more value blocks than fit two per SM at BV = 32: the state stage takes BV = 64
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 4, 130, 40, 64, 128, {}});
-            // wide heads (--hopper-wide takes them on the Hopper stages): Gated DeltaNet's 340m
+            // wide heads (the Hopper stages unless LINAC_HOPPER_WIDE=0): Gated DeltaNet's 340m
             // head dims, varlen, and fp16 at dk 256
             runChunkCase({{de, up, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 512, {0, 70, 150}});
             runChunkCase({{de, up, Readout::Inclusive}, DType::F16, 2, 100, 1, 256, 128, {}});

@@ -1,5 +1,5 @@
 // Hopper forward stages for bf16 inputs, dk = 256 (decay none / fixed / scalar, both update rules;
-// opt-in with LINAC_HOPPER_WIDE=1, forward.cu).
+// LINAC_HOPPER_WIDE=0 sends them back to the mma.sync kernels, forward.cu).
 #include "forward_stages.cuh"
 
 namespace linac::kernels::cuda::hopper {

@@ -1,9 +1,9 @@
 // The Hopper (sm_90a) forward: wgmma stages for bf16 / fp16 inputs, inclusive readout, decay none /
 // fixed / scalar with either update rule, dk in {64, 128}, dv a multiple of 64 (64, 128 or 256 for
 // the delta rule), and the additive rule with a diagonal decay, either readout (GLA, HGRN-2,
-// RWKV-6; LINAC_HOPPER_DIAG=0 sends those back to the mma.sync path). With LINAC_HOPPER_WIDE=1
-// (opt-in, not yet run on an H200) also dk 256 for decay none / fixed / scalar and dv 512 for the
-// delta rule (Gated DeltaNet's 340m heads). chunkForward sends the calls it supports here on an
+// RWKV-6; LINAC_HOPPER_DIAG=0 sends those back to the mma.sync path), and dk 256 for decay none /
+// fixed / scalar and dv 512 for the delta rule (Gated DeltaNet's 340m heads; LINAC_HOPPER_WIDE=0
+// sends those back). chunkForward sends the calls it supports here on an
 // sm_90 device with sm_90a code in the build; LINAC_HOPPER=0 in the environment turns the path off
 // (for A/B timings). The delta rule's state stage keeps single-stage q / w tiles for a scalar decay
 // (useLateLoads in forward_stages.cuh; LINAC_HOPPER_LATE=1 / 0 forces it), and at dk 256 always.
