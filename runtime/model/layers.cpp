@@ -77,6 +77,12 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   return at::rms_norm(in, {in.size(-1)}, weight.to(in.scalar_type()), eps);
 }
 
+torch::Tensor autocastInput(const torch::Tensor& x) {
+  const c10::DeviceType device = x.device().type();
+  if (x.scalar_type() != torch::kFloat || !at::autocast::is_autocast_enabled(device)) return x;
+  return x.to(at::autocast::get_autocast_dtype(device));
+}
+
 torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset) {
   const int64_t T = x.size(1), D = x.size(-1);
   if (D % 2) throw std::invalid_argument("rope: head dim " + std::to_string(D) + " is odd");

@@ -81,6 +81,13 @@ torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset = 0);
 /// in fp32 there).
 void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v);
 
+/// x in autocast's dtype when autocast is on for x's device and x is fp32, else x itself. A
+/// block's normalised input feeds several projections (q, k, v, gates; the MLP's gate and up):
+/// autocast would cast it once for each and, in the backward, convert each of their gradients
+/// back to fp32 and sum them there. Cast once here, the projections read one copy and their
+/// gradients sum in that dtype before a single conversion.
+torch::Tensor autocastInput(const torch::Tensor& x);
+
 /// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm): ops::l2Normalize's one kernel each
 /// way for CUDA tensors (in x's dtype, computed in fp32), composed torch ops elsewhere.
 torch::Tensor l2Normalize(const torch::Tensor& x, double eps = kNormEps);

@@ -178,6 +178,29 @@ TEST(Layers, SwigluProductRefusesCpuTensors) {
   EXPECT_THROW(ops::swigluProduct(g, u), std::invalid_argument);
 }
 
+// A block's normalised input goes to its projections as one copy in autocast's dtype (one cast,
+// one conversion of the summed gradient) when autocast is on; otherwise it is passed through.
+TEST(Layers, AutocastInputCastsOnceUnderAutocastOnly) {
+  torch::manual_seed(31);
+  torch::Tensor x = torch::randn({2, 5, 16}).requires_grad_(true);
+  EXPECT_TRUE(autocastInput(x).is_same(x));  // autocast off
+  torch::Tensor w1 = torch::randn({8, 16}), w2 = torch::randn({4, 16});
+  {
+    AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+    torch::Tensor n = autocastInput(x);
+    EXPECT_EQ(n.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(n, x.detach().to(torch::kBFloat16)));
+    torch::Tensor half = torch::randn({3}).to(torch::kBFloat16);
+    EXPECT_TRUE(autocastInput(half).is_same(half));  // already reduced
+    // two projections read the one copy; x's gradient is theirs, summed, in fp32
+    (torch::linear(n, w1).sum() + torch::linear(n, w2).sum()).backward();
+  }
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().scalar_type(), torch::kFloat32);
+  const torch::Tensor want = (w1.sum(0) + w2.sum(0)).expand_as(x);
+  EXPECT_LE(maxError(x.grad(), want) / want.abs().max().item<double>(), 1e-2);  // bf16 weights
+}
+
 // The CPU has no fused L2 norm: the op refuses CPU tensors, and l2Normalize composes torch ops
 // there (x * rsqrt(sum x^2 + eps), fla's l2norm).
 TEST(Layers, L2NormalizeOnTheCpuIsTheComposedFormula) {
