@@ -14,7 +14,9 @@ DeltaNet (chunk_gated_delta_rule), RWKV-6 (chunk_rwkv6), KDA (chunk_kda: linac's
 gated_delta_diag), HGRN (chunk_hgrn). fla's signatures are those of flash-linear-attention 0.6.
 
 Run on the GPU machine with fla's wheels on PYTHONPATH (bench/run_h200.sh parity); `--device cpu
---no-fla` checks linac's CPU kernels against the reference alone (no fla, no GPU).
+--no-fla` checks linac's CPU kernels against the reference alone (no fla, no GPU). `--fla-warm`
+runs fla's ops alone, forward and backward, to fill Triton's cache (its autotuning takes minutes
+per op from an empty cache) while linac's package is still building.
 """
 import argparse
 import json
@@ -98,9 +100,10 @@ def matrix_inputs(B, T, H, K, device, dtype, decay, gates):
     return a
 
 
-def cases(args, with_fla):
-    """(variant, inputs, linac call, fla call or None, reference); calls take (leaves, scale)."""
-    ops = linac_ops()
+def cases(args, with_fla, with_linac=True):
+    """(variant, inputs, linac call or None, fla call or None, reference); calls take (leaves,
+    scale)."""
+    ops = linac_ops() if with_linac else None
     B, T, H, K = map(int, args.shape.split(","))
     dev, dtype = args.device, torch.bfloat16 if args.device == "cuda" else torch.float32
 
@@ -119,35 +122,38 @@ def cases(args, with_fla):
         return lambda a, scale: fn(a["q"], a["k"], a["v"], **gate_kwargs(a), scale=scale,
                                    initial_state=a["h0"], output_final_state=True)
 
-    def linac(fn, gates):
+    def linac(name, gates):
+        if ops is None:
+            return None
+        fn = getattr(ops, name)
         return lambda a, scale: fn(a["q"], a["k"], a["v"], *[a[g] for g in gates], scale=scale,
                                    initial_state=a["h0"], output_final_state=True)
 
     table = [
-        ("gla", "diagonal", ["g"], ops.chunk_gla, ("gla", "chunk_gla", lambda a: dict(g=a["g"]))),
-        ("mamba2", "scalar", ["g"], ops.chunk_mamba2, ("simple_gla", "chunk_simple_gla", lambda a: dict(g=a["g"]))),
-        ("retnet", "fixed", ["g"], ops.chunk_retnet,
+        ("gla", "diagonal", ["g"], "chunk_gla", ("gla", "chunk_gla", lambda a: dict(g=a["g"]))),
+        ("mamba2", "scalar", ["g"], "chunk_mamba2", ("simple_gla", "chunk_simple_gla", lambda a: dict(g=a["g"]))),
+        ("retnet", "fixed", ["g"], "chunk_retnet",
          ("simple_gla", "chunk_simple_gla", lambda a: dict(g_gamma=a["g"]))),
-        ("deltanet", "none", ["beta"], ops.chunk_deltanet,
+        ("deltanet", "none", ["beta"], "chunk_deltanet",
          ("delta_rule", "chunk_delta_rule", lambda a: dict(beta=a["beta"]))),
-        ("gated_deltanet", "scalar", ["g", "beta"], ops.chunk_gated_deltanet,
+        ("gated_deltanet", "scalar", ["g", "beta"], "chunk_gated_deltanet",
          ("gated_delta_rule", "chunk_gated_delta_rule", lambda a: dict(g=a["g"], beta=a["beta"]))),
-        ("rwkv6", "diagonal", ["g", "u"], ops.chunk_rwkv6, ("rwkv6", "chunk_rwkv6", lambda a: dict(w=a["g"], u=a["u"]))),
-        ("gated_delta_diag", "diagonal", ["g", "beta"], ops.chunk_gated_delta_diag,
+        ("rwkv6", "diagonal", ["g", "u"], "chunk_rwkv6", ("rwkv6", "chunk_rwkv6", lambda a: dict(w=a["g"], u=a["u"]))),
+        ("gated_delta_diag", "diagonal", ["g", "beta"], "chunk_gated_delta_diag",
          ("kda", "chunk_kda", lambda a: dict(g=a["g"], beta=a["beta"]))),
     ]
-    for variant, decay, gates, fn, (module, name, kwargs) in table:
+    for variant, decay, gates, linac_name, (module, name, kwargs) in table:
         inputs = (lambda decay=decay, gates=gates: matrix_inputs(B, T, H, K, dev, dtype, decay, gates))
-        yield variant, inputs, linac(fn, gates), fla(module, name, kwargs), matrix_reference(decay), K ** -0.5
+        yield variant, inputs, linac(linac_name, gates), fla(module, name, kwargs), matrix_reference(decay), K ** -0.5
     D = H * K
 
     def hgrn_inputs():
         return {"x": torch.randn(B, T, D, device=dev).to(dtype),
                 "g": F.logsigmoid(torch.randn(B, T, D, device=dev)), "h0": torch.randn(B, D, device=dev)}
     fla_hgrn = fla("hgrn", "chunk_hgrn", None)
-    yield ("hgrn", hgrn_inputs,
-           lambda a, scale: ops.chunk_hgrn(a["x"], a["g"], initial_state=a["h0"], output_final_state=True),
-           fla_hgrn, scan_reference, 1.0)
+    linac_hgrn = None if ops is None else (
+        lambda a, scale: ops.chunk_hgrn(a["x"], a["g"], initial_state=a["h0"], output_final_state=True))
+    yield "hgrn", hgrn_inputs, linac_hgrn, fla_hgrn, scan_reference, 1.0
 
 
 def run(fn, inputs, scale, d_o, d_ht):
@@ -168,16 +174,26 @@ def main():
     p.add_argument("--no-fla", action="store_true", help="linac against the reference only")
     p.add_argument("--only", default=None, help="one variant")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fla-warm", action="store_true",
+                   help="fla's ops alone, forward and backward once (fills Triton's cache; no linac, no rows)")
     args = p.parse_args()
     half = args.device == "cuda"
     failures = 0
-    for variant, make_inputs, linac_fn, fla_fn, reference, scale in cases(args, not args.no_fla):
+    for variant, make_inputs, linac_fn, fla_fn, reference, scale in cases(args, not args.no_fla,
+                                                                           not args.fla_warm):
         if args.only not in (None, variant):
             continue
         torch.manual_seed(args.seed)
         inputs = make_inputs()
         values = inputs["v"] if "v" in inputs else inputs["x"]  # o has v's shape (HGRN: x's)
         d_o, d_ht = torch.randn_like(values, dtype=torch.float32), torch.randn_like(inputs["h0"])
+        if args.fla_warm:
+            try:
+                run(fla_fn, inputs, scale, d_o, d_ht)
+                print(f"fla_parity: fla's {variant} warmed", file=sys.stderr)
+            except Exception as e:  # the parity run reports it on the variant's rows
+                print(f"fla_parity: fla's {variant} failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
+            continue
         want = run(reference, inputs, scale, d_o, d_ht)
         got = run(linac_fn, inputs, scale, d_o, d_ht)
         theirs, fla_error = None, None

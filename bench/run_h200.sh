@@ -375,14 +375,23 @@ gputests() {
 # with python/linac beside it, then one JSON line per variant and tensor ($OUT/parity.jsonl) and
 # a table of the worst rows. fla compiles its ops for the parity shape (PARITY_SHAPE) in the call.
 parity() {
-  local prefix=/tmp/linac-wheel
+  local prefix=/tmp/linac-wheel warm=() v
   restore_cache
+  # fla's ops autotune from an empty Triton cache for minutes (GLA alone took ~300 s in the first
+  # parity call): one warm-up process per variant fills the cache while the package builds.
+  for v in ${PARITY_VARIANTS:-gla mamba2 retnet deltanet gated_deltanet rwkv6 gated_delta_diag hgrn}; do
+    TRITON_CACHE_DIR=$MIN PYTHONPATH=.fla/site:bench phase 420 python3 bench/fla_parity.py --fla-warm --only "$v" \
+      --shape "${PARITY_SHAPE:-2,1024,4,128}" >> "$WARM/parity_warm.log" 2>&1 &
+    warm+=($!)
+  done
   { cmake -S python -B build-wheel -G Ninja -DSKBUILD_PROJECT_VERSION=0.1.0 -DLINAC_WHEEL_CUDA=ON \
       -DLINAC_CUTLASS_INCLUDE_DIR="$(bash bench/cutlass_include.sh)" -DCMAKE_INSTALL_PREFIX="$prefix" &&
     phase 420 cmake --build build-wheel -j16 && cmake --install build-wheel; } > "$OUT/parity.log" 2>&1 \
     || { grep -E "error|FAILED|Error" "$OUT/parity.log" | head -30; return 1; }
   cp python/linac/*.py "$prefix/linac/"
   echo "parity: package built ($((SECONDS - start)) s)"
+  wait "${warm[@]}"
+  echo "parity: fla warmed ($((SECONDS - start)) s)"; grep -h "fla_parity" "$WARM/parity_warm.log" | head -10
   TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 400 python3 bench/fla_parity.py \
     --shape "${PARITY_SHAPE:-2,1024,4,128}" > "$OUT/parity.jsonl" 2>> "$OUT/parity.log"
   echo "parity rc=$? ($((SECONDS - start)) s)"
