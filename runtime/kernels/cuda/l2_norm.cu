@@ -14,34 +14,25 @@
 // in L1).
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "pointwise.cuh"
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 namespace linac::kernels::cuda {
 namespace {
+
+using pointwise::Pack;
+using pointwise::warpSum;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kVectorBytes = 16;
 /// Blocks per SM the grid-stride loops are launched with.
 constexpr int kBlocksPerSm = 8;
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-__device__ __forceinline__ float warpSum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
 
 /// y [n, D] = x / sqrt(sum x^2 + eps) per row, r [n] = the row's 1 / sqrt(sum x^2 + eps).
 template <typename T, int V>
@@ -106,31 +97,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned(std::initializer_list<const void*> pointers, size_t bytes) {
-  for (const void* p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
-  return true;
-}
-
-/// Blocks for `rows` rows (a warp each): enough to fill the device, no more than the work needs.
-unsigned gridFor(int64_t rows) {
-  int device = 0, sms = 0;
-  LINAC_CUDA_CHECK(cudaGetDevice(&device));
-  LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t needed = (rows + kWarps - 1) / kWarps;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * kBlocksPerSm)));
-}
-
-/// f(T{}) for the element type of `dtype`.
-template <typename F>
-void withType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); break;
-    case DType::BF16: f(__nv_bfloat16{}); break;
-    case DType::F16: f(__half{}); break;
-    default: LINAC_REQUIRE(false, "l2Norm: unknown dtype");
-  }
-}
+/// Blocks for `rows` rows (a warp each).
+unsigned gridFor(int64_t rows) { return pointwise::gridBlocks((rows + kWarps - 1) / kWarps, kBlocksPerSm); }
 
 }  // namespace
 
@@ -139,13 +107,13 @@ void l2NormForward(DType dtype, const L2NormShape& shape, const L2NormForwardArg
   LINAC_REQUIRE(shape.eps > 0.0f, "l2NormForward: eps must be positive");
   if (shape.rows == 0) return;
   LINAC_REQUIRE(args.x && args.y && args.r, "l2NormForward: null x, y or r");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "l2Norm", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
     const auto* x = static_cast<const T*>(args.x);
     auto* y = static_cast<T*>(args.y);
     const unsigned grid = gridFor(shape.rows);
-    if (shape.dim % kVec == 0 && aligned({x, y}, kVectorBytes))
+    if (shape.dim % kVec == 0 && pointwise::aligned({x, y}, kVectorBytes))
       l2NormForwardKernel<T, kVec><<<grid, kThreads, 0, stream>>>(x, y, args.r, shape.rows, shape.dim, shape.eps);
     else
       l2NormForwardKernel<T, 1><<<grid, kThreads, 0, stream>>>(x, y, args.r, shape.rows, shape.dim, shape.eps);
@@ -157,14 +125,14 @@ void l2NormBackward(DType dtype, const L2NormShape& shape, const L2NormBackwardA
   LINAC_REQUIRE(shape.rows >= 0 && shape.dim > 0, "l2NormBackward: rows must be >= 0 and dim > 0");
   if (shape.rows == 0) return;
   LINAC_REQUIRE(args.x && args.dy && args.r && args.dx, "l2NormBackward: null x, dy, r or dx");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "l2Norm", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
     const auto* x = static_cast<const T*>(args.x);
     const auto* dy = static_cast<const T*>(args.dy);
     auto* dx = static_cast<T*>(args.dx);
     const unsigned grid = gridFor(shape.rows);
-    if (shape.dim % kVec == 0 && aligned({x, dy, dx}, kVectorBytes))
+    if (shape.dim % kVec == 0 && pointwise::aligned({x, dy, dx}, kVectorBytes))
       l2NormBackwardKernel<T, kVec><<<grid, kThreads, 0, stream>>>(x, dy, args.r, dx, shape.rows, shape.dim);
     else
       l2NormBackwardKernel<T, 1><<<grid, kThreads, 0, stream>>>(x, dy, args.r, dx, shape.rows, shape.dim);

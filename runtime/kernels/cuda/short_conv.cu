@@ -23,13 +23,13 @@
 // (no atomics: the same inputs give the same bits).
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "pointwise.cuh"
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -43,7 +43,8 @@ constexpr int kVectorBytes = 8;
 /// Threads per block of the dw reduction (one (channel, tap) each).
 constexpr int kReduceThreads = 256;
 
-__device__ __forceinline__ float sigmoidF32(float z) { return 1.0f / (1.0f + expf(-z)); }
+using pointwise::Pack;
+using pointwise::sigmoidF32;
 
 /// act(z) in fp32.
 __device__ __forceinline__ float activate(ShortConvActivation a, float z) {
@@ -79,12 +80,6 @@ __device__ __forceinline__ float activateGrad(ShortConvActivation a, float z) {
   }
   return 1.0f;
 }
-
-/// V consecutive elements, loaded and stored as one access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 /// Grid: (ceil(C / (kThreadsPerBlock * V)), ceil(T / kTimeTile), B); one thread per V channels
 /// and tile. C % V == 0 and the tensors aligned to V elements (the launcher checks).
@@ -227,13 +222,6 @@ dim3 tileGrid(const ShortConvShape& s, int vector) {
               static_cast<unsigned>((s.seqLen + kTimeTile - 1) / kTimeTile), static_cast<unsigned>(s.batch));
 }
 
-/// Whether every one of `pointers` (null ones aside) is aligned to `bytes`.
-bool aligned(std::initializer_list<const void*> pointers, size_t bytes) {
-  for (const void* p : pointers)
-    if (p && reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
-  return true;
-}
-
 int64_t tileRows(const ShortConvShape& s) { return s.batch * ((s.seqLen + kTimeTile - 1) / kTimeTile); }
 
 void checkShape(const ShortConvShape& s) {
@@ -262,17 +250,6 @@ void withWidth(int width, F&& f) {
   }
 }
 
-/// f(T{}) for the element type of `dtype`.
-template <typename F>
-void withType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); break;
-    case DType::BF16: f(__nv_bfloat16{}); break;
-    case DType::F16: f(__half{}); break;
-    default: LINAC_REQUIRE(false, "shortConv: unknown dtype");
-  }
-}
-
 }  // namespace
 
 size_t shortConvWorkspaceFloats(const ShortConvShape& shape) {
@@ -284,10 +261,10 @@ void shortConvForward(DType dtype, ShortConvActivation activation, const ShortCo
   checkShape(shape);
   if (shape.batch == 0 || shape.seqLen == 0 || shape.channels == 0) return;
   LINAC_REQUIRE(args.x && args.weight && args.y, "shortConvForward: null x, weight or y");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "shortConv", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
-    const bool vectorized = shape.channels % kVec == 0 && aligned({args.x, args.y}, kVectorBytes);
+    const bool vectorized = shape.channels % kVec == 0 && pointwise::aligned({args.x, args.y}, kVectorBytes);
     withWidth(shape.width, [&](auto width) {
       constexpr int W = decltype(width)::value;
       auto launch = [&](auto kernel, int vector) {
@@ -313,10 +290,10 @@ void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortC
     if (args.dweight && taps > 0) LINAC_CUDA_CHECK(cudaMemsetAsync(args.dweight, 0, taps * sizeof(float), stream));
     return;
   }
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "shortConv", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
-    const bool vectorized = shape.channels % kVec == 0 && aligned({args.x, args.dy, args.dx}, kVectorBytes);
+    const bool vectorized = shape.channels % kVec == 0 && pointwise::aligned({args.x, args.dy, args.dx}, kVectorBytes);
     withWidth(shape.width, [&](auto width) {
       constexpr int W = decltype(width)::value;
       auto launch = [&](auto kernel, int vector) {

@@ -13,29 +13,24 @@
 // time.
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "pointwise.cuh"
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 namespace linac::kernels::cuda {
 namespace {
+
+using pointwise::Pack;
+using pointwise::sigmoidF32;
 
 constexpr int kThreads = 256;
 constexpr int kVectorBytes = 16;
 /// Blocks per SM the grid-stride loops are launched with.
 constexpr int kBlocksPerSm = 8;
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-__device__ __forceinline__ float sigmoidF32(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 /// y [n] = silu(g) * u, V elements a thread step.
 template <typename T, int V>
@@ -78,31 +73,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned(std::initializer_list<const void*> pointers, size_t bytes) {
-  for (const void* p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
-  return true;
-}
-
-/// Blocks for `items` thread steps: enough to fill the device, no more than the work needs.
-unsigned gridFor(int64_t items) {
-  int device = 0, sms = 0;
-  LINAC_CUDA_CHECK(cudaGetDevice(&device));
-  LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t needed = (items + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * kBlocksPerSm)));
-}
-
-/// f(T{}) for the element type of `dtype`.
-template <typename F>
-void withType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); break;
-    case DType::BF16: f(__nv_bfloat16{}); break;
-    case DType::F16: f(__half{}); break;
-    default: LINAC_REQUIRE(false, "swiglu: unknown dtype");
-  }
-}
+/// Blocks for `items` thread steps.
+unsigned gridFor(int64_t items) { return pointwise::gridBlocks((items + kThreads - 1) / kThreads, kBlocksPerSm); }
 
 }  // namespace
 
@@ -110,14 +82,14 @@ void swigluForward(DType dtype, int64_t n, const SwigluForwardArgs& args, cudaSt
   LINAC_REQUIRE(n >= 0, "swigluForward: negative element count");
   if (n == 0) return;
   LINAC_REQUIRE(args.g && args.u && args.y, "swigluForward: null g, u or y");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "swiglu", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
     const auto* g = static_cast<const T*>(args.g);
     const auto* u = static_cast<const T*>(args.u);
     auto* y = static_cast<T*>(args.y);
     // The vectorized body, then the tail (and everything when the tensors are not aligned).
-    const int64_t body = aligned({g, u, y}, kVectorBytes) ? n / kVec * kVec : 0;
+    const int64_t body = pointwise::aligned({g, u, y}, kVectorBytes) ? n / kVec * kVec : 0;
     if (body > 0) {
       swigluForwardKernel<T, kVec><<<gridFor(body / kVec), kThreads, 0, stream>>>(g, u, y, body);
       LINAC_CUDA_CHECK_LAUNCH("swigluForwardKernel");
@@ -133,7 +105,7 @@ void swigluBackward(DType dtype, int64_t n, const SwigluBackwardArgs& args, cuda
   LINAC_REQUIRE(n >= 0, "swigluBackward: negative element count");
   if (n == 0) return;
   LINAC_REQUIRE(args.g && args.u && args.dy && args.dg && args.du, "swigluBackward: null pointer");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "swiglu", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / sizeof(T);
     const auto* g = static_cast<const T*>(args.g);
@@ -141,7 +113,7 @@ void swigluBackward(DType dtype, int64_t n, const SwigluBackwardArgs& args, cuda
     const auto* dy = static_cast<const T*>(args.dy);
     auto* dg = static_cast<T*>(args.dg);
     auto* du = static_cast<T*>(args.du);
-    const int64_t body = aligned({g, u, dy, dg, du}, kVectorBytes) ? n / kVec * kVec : 0;
+    const int64_t body = pointwise::aligned({g, u, dy, dg, du}, kVectorBytes) ? n / kVec * kVec : 0;
     if (body > 0) {
       swigluBackwardKernel<T, kVec><<<gridFor(body / kVec), kThreads, 0, stream>>>(g, u, dy, dg, du, body);
       LINAC_CUDA_CHECK_LAUNCH("swigluBackwardKernel");
