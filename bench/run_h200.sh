@@ -42,7 +42,8 @@
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
 #              `linac train --preset 340m` for the same Gated DeltaNet 3:1 and GLA 3:1 (B=4 T=4096
-#              bf16, byte vocabulary on both sides). RUN_LONG=1 adds a 200-step 340m run, RUN_NCCL=1
+#              bf16; VOCAB=32000 (default: fla's vocabulary size, bench/tokenizer32k.model for linac)
+#              or VOCAB=256 (bytes) on both sides). RUN_LONG=1 adds a 200-step 340m run, RUN_NCCL=1
 #              the NCCL path at world size 1, RUN_TINY=1 the tiny preset on CUDA.
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
@@ -101,7 +102,8 @@ warm_fla() {
   local cache=$1 limit=$2 pids=()
   for v in $WARM_MODELS; do  # WARM_BATCH (default 4, the timed batch: some autotune keys depend on it)
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
-      --batch "${WARM_BATCH:-4}" --seq-len 4096 --warmup 1 --steps 0 "${BYPASS[@]}" > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
+      --batch "${WARM_BATCH:-4}" --seq-len 4096 --vocab "${VOCAB:-32000}" --warmup 1 --steps 0 "${BYPASS[@]}" \
+      > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
     pids+=($!)
   done
   for c in $WARM_OPS; do
@@ -259,13 +261,20 @@ timed() {
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   rm -f "$OUT"/*.jsonl /tmp/linac_bench.txt
+  local tokenizer=()
+  case "${VOCAB:=32000}" in
+    32000) tokenizer=(--tokenizer bench/tokenizer32k.model) ;;
+    256) ;;
+    *) echo "VOCAB must be 32000 or 256" >&2; return 2 ;;
+  esac
   for v in $MODELS; do
     [ "${FLA:-1}" = 1 ] || break
     PYTHONPATH=.fla/site phase 100 python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
-      --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
+      --vocab "$VOCAB" --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
     echo "fla model $v rc=$? ($((SECONDS - start)) s)"
   done
-  local common=(--preset 340m --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 --checkpoint-every 100000)
+  local common=(--preset 340m --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 --checkpoint-every 100000
+                "${tokenizer[@]}")
   : > "$OUT/train.log"
   for v in $MODELS; do
     rm -rf "/tmp/run-$v"
