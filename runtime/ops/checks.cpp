@@ -73,10 +73,7 @@ void expectDtype(std::string_view op, std::string_view arg, const torch::Tensor&
 
 void expectKernelDtype(std::string_view op, std::string_view arg, const torch::Tensor& t) {
   expectDefined(op, arg, t);
-  const torch::ScalarType s = t.scalar_type();
-  if (s != torch::kFloat && s != torch::kBFloat16 && s != torch::kHalf) {
-    fail(op, arg, "dtype BFloat16, Half or Float", describe(t));
-  }
+  if (!isKernelDtype(t.scalar_type())) fail(op, arg, "dtype BFloat16, Half or Float", describe(t));
 }
 
 void expectFloating(std::string_view op, std::string_view arg, const torch::Tensor& t) {
@@ -134,6 +131,10 @@ torch::Tensor checkCuSeqlens(std::string_view op, const torch::Tensor& cu_seqlen
          "last offset " + std::to_string(offsets[n]));
   }
   return host;
+}
+
+bool isKernelDtype(torch::ScalarType dtype) {
+  return dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kHalf;
 }
 
 kernels::DType kernelDtype(torch::ScalarType dtype) {

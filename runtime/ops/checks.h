@@ -46,6 +46,9 @@ void expectSupportedDevice(std::string_view op, std::string_view arg, const torc
 torch::Tensor checkCuSeqlens(std::string_view op, const torch::Tensor& cu_seqlens, int64_t batch,
                              int64_t seq_len, const torch::Device& device);
 
+/// Whether the kernels take elements of this dtype (fp32, bf16, fp16).
+bool isKernelDtype(torch::ScalarType dtype);
+
 kernels::DType kernelDtype(torch::ScalarType dtype);
 
 }  // namespace linac::ops::checks

@@ -7,20 +7,16 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops::detail {
 namespace {
 
-#ifdef LINAC_HAVE_CUDA
-cudaStream_t streamFor(const torch::Device& device) {
-  return at::cuda::getCurrentCUDAStream(device.index()).stream();
-}
-#else
+#ifndef LINAC_HAVE_CUDA
 [[noreturn]] void noCuda(std::string_view op) {
   throw std::invalid_argument(std::string(op) + ": CUDA tensors, but linac was built without CUDA");
 }
@@ -35,7 +31,7 @@ void chunkForward([[maybe_unused]] std::string_view op, const torch::Device& dev
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
-    kernels::cuda::chunkForward(kind, dtype, shape, args, streamFor(device));
+    kernels::cuda::chunkForward(kind, dtype, shape, args, currentStream(device));
     return;
 #else
     noCuda(op);
@@ -51,7 +47,7 @@ void chunkBackward([[maybe_unused]] std::string_view op, const torch::Device& de
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
-    kernels::cuda::chunkBackward(kind, dtype, shape, args, streamFor(device));
+    kernels::cuda::chunkBackward(kind, dtype, shape, args, currentStream(device));
     return;
 #else
     noCuda(op);
@@ -66,7 +62,7 @@ void recurrentStep([[maybe_unused]] std::string_view op, const torch::Device& de
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
-    kernels::cuda::recurrentStep(kind, dtype, shape, args, streamFor(device));
+    kernels::cuda::recurrentStep(kind, dtype, shape, args, currentStream(device));
     return;
 #else
     noCuda(op);
@@ -82,7 +78,7 @@ void scanForward([[maybe_unused]] std::string_view op, const torch::Device& devi
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
-    kernels::cuda::scanForward(dtype, shape, args, streamFor(device));
+    kernels::cuda::scanForward(dtype, shape, args, currentStream(device));
     return;
 #else
     noCuda(op);
@@ -97,7 +93,7 @@ void scanBackward([[maybe_unused]] std::string_view op, const torch::Device& dev
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
-    kernels::cuda::scanBackward(dtype, shape, args, streamFor(device));
+    kernels::cuda::scanBackward(dtype, shape, args, currentStream(device));
     return;
 #else
     noCuda(op);

@@ -9,10 +9,10 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops {
@@ -24,8 +24,6 @@ constexpr std::string_view kOp = "linac::ops::l2Normalize";
 namespace cuda = kernels::cuda;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-cudaStream_t streamFor(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 cuda::L2NormShape shapeOf(const torch::Tensor& x, double eps) {
   cuda::L2NormShape shape;
@@ -45,7 +43,7 @@ struct L2NormFunction : public torch::autograd::Function<L2NormFunction> {
     torch::Tensor r = torch::empty({shape.rows}, xc.options().dtype(torch::kFloat32));
     cuda::L2NormForwardArgs args;
     args.x = xc.data_ptr(), args.y = y.data_ptr(), args.r = r.data_ptr<float>();
-    cuda::l2NormForward(checks::kernelDtype(xc.scalar_type()), shape, args, streamFor(xc));
+    cuda::l2NormForward(checks::kernelDtype(xc.scalar_type()), shape, args, currentStream(xc.device()));
     ctx->save_for_backward({xc, r});
     ctx->saved_data["eps"] = eps;
     return y;
@@ -61,7 +59,7 @@ struct L2NormFunction : public torch::autograd::Function<L2NormFunction> {
     cuda::L2NormBackwardArgs args;
     args.x = x.data_ptr(), args.dy = dy.data_ptr(), args.r = r.data_ptr<float>(), args.dx = dx.data_ptr();
     cuda::l2NormBackward(checks::kernelDtype(x.scalar_type()), shapeOf(x, ctx->saved_data["eps"].toDouble()), args,
-                         streamFor(x));
+                         currentStream(x.device()));
     return {dx, torch::Tensor()};  // eps takes no gradient
   }
 };
@@ -72,9 +70,7 @@ struct L2NormFunction : public torch::autograd::Function<L2NormFunction> {
 bool l2NormalizeSupported([[maybe_unused]] const torch::Tensor& x) {
 #ifdef LINAC_HAVE_CUDA
   if (!x.defined() || !x.is_cuda() || x.dim() == 0) return false;
-  const auto dtype = x.scalar_type();
-  return (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf) &&
-         x.size(-1) <= std::numeric_limits<int>::max();
+  return checks::isKernelDtype(x.scalar_type()) && x.size(-1) <= std::numeric_limits<int>::max();
 #else
   return false;
 #endif

@@ -8,10 +8,10 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops {
@@ -41,8 +41,6 @@ cuda::ShortConvShape kernelShape(const torch::Tensor& x, const torch::Tensor& we
   return {x.size(0), x.size(1), x.size(2), static_cast<int>(weight.size(-1))};
 }
 
-cudaStream_t streamFor(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
 /// y = act(conv(x, weight)); saves x and the fp32 weight [C, W], and recomputes the
 /// pre-activation from them in backward.
 struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
@@ -55,7 +53,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     cuda::ShortConvForwardArgs args;
     args.x = xc.data_ptr(), args.weight = w32.data_ptr<float>(), args.y = y.data_ptr();
     cuda::shortConvForward(checks::kernelDtype(xc.scalar_type()), static_cast<cuda::ShortConvActivation>(activation),
-                           kernelShape(xc, w32), args, streamFor(xc));
+                           kernelShape(xc, w32), args, currentStream(xc.device()));
     ctx->save_for_backward({xc, w32});
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -84,7 +82,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     }
     cuda::shortConvBackward(checks::kernelDtype(x.scalar_type()),
                             static_cast<cuda::ShortConvActivation>(ctx->saved_data["activation"].toInt()), shape, args,
-                            streamFor(x));
+                            currentStream(x.device()));
     torch::Tensor dweight;  // [C, 1, W] in the weight's dtype
     if (wantWeight)
       dweight = dw32.view({shape.channels, 1, shape.width})
@@ -99,9 +97,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
 bool shortConvSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]] const torch::Tensor& weight) {
 #ifdef LINAC_HAVE_CUDA
   if (!x.defined() || !weight.defined() || !x.is_cuda() || weight.device() != x.device()) return false;
-  const auto dtype = x.scalar_type();
-  const bool kernelDtype = dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf;
-  return kernelDtype && x.dim() == 3 && torch::isFloatingType(weight.scalar_type()) && weight.dim() == 3 &&
+  return checks::isKernelDtype(x.scalar_type()) && x.dim() == 3 && torch::isFloatingType(weight.scalar_type()) && weight.dim() == 3 &&
          weight.size(0) == x.size(2) && weight.size(1) == 1 && weight.size(2) >= 1 &&
          weight.size(2) <= kShortConvMaxWidth;
 #else

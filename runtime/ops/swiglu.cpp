@@ -8,10 +8,10 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops {
@@ -24,8 +24,6 @@ namespace cuda = kernels::cuda;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-cudaStream_t streamFor(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
 /// y = silu(g) * u; saves g and u, from which the backward recomputes silu(g) and its derivative.
 struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& g, const torch::Tensor& u) {
@@ -34,7 +32,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     torch::Tensor y = torch::empty_like(gc);
     cuda::SwigluForwardArgs args;
     args.g = gc.data_ptr(), args.u = uc.data_ptr(), args.y = y.data_ptr();
-    cuda::swigluForward(checks::kernelDtype(gc.scalar_type()), gc.numel(), args, streamFor(gc));
+    cuda::swigluForward(checks::kernelDtype(gc.scalar_type()), gc.numel(), args, currentStream(gc.device()));
     ctx->save_for_backward({gc, uc});
     return y;
   }
@@ -49,7 +47,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     cuda::SwigluBackwardArgs args;
     args.g = g.data_ptr(), args.u = u.data_ptr(), args.dy = dy.data_ptr();
     args.dg = dg.data_ptr(), args.du = du.data_ptr();
-    cuda::swigluBackward(checks::kernelDtype(g.scalar_type()), g.numel(), args, streamFor(g));
+    cuda::swigluBackward(checks::kernelDtype(g.scalar_type()), g.numel(), args, currentStream(g.device()));
     return {dg, du};
   }
 };
@@ -59,10 +57,8 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 
 bool swigluProductSupported([[maybe_unused]] const torch::Tensor& g, [[maybe_unused]] const torch::Tensor& u) {
 #ifdef LINAC_HAVE_CUDA
-  const auto dtype = g.scalar_type();
-  const bool kernelDtype = dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf;
-  return g.defined() && u.defined() && g.is_cuda() && u.device() == g.device() && u.scalar_type() == dtype &&
-         kernelDtype && u.sizes() == g.sizes();
+  return g.defined() && u.defined() && g.is_cuda() && u.device() == g.device() &&
+         u.scalar_type() == g.scalar_type() && checks::isKernelDtype(g.scalar_type()) && u.sizes() == g.sizes();
 #else
   return false;
 #endif

@@ -1,9 +1,9 @@
 #include "prologue/map_op_cuda.h"
 
+#include "ops/cuda_stream.h"
 #include "prologue/strided_layout.h"
 
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>
 
 #include <stdexcept>
@@ -12,13 +12,9 @@
 namespace linac::prologue {
 namespace {
 
+using ops::currentStream;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-/// The stream torch enqueues work on for `device` (the caller holds a CUDAGuard for it).
-CUstream_st* currentStream(const torch::Device& device) {
-  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
-}
 
 class DeviceMapFunction : public torch::autograd::Function<DeviceMapFunction> {
 public:

@@ -81,6 +81,30 @@ __device__ __forceinline__ float activateGrad(ShortConvActivation a, float z) {
   return 1.0f;
 }
 
+/// wc[v][j] = w[c + v, j]: the taps of the thread's V channels.
+template <int V, int W>
+__device__ __forceinline__ void loadTaps(const float* __restrict__ w, int64_t c, float (&wc)[V][W]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < W; ++j) wc[v][j] = w[(c + v) * W + j];
+}
+
+/// xw[v][j] = x_{t0-W+1+j} of the thread's channel v for j < W - 1 (the inputs before the tile,
+/// zero before the sequence); x points at the thread's (b, 0, c).
+template <typename T, int W, int V>
+__device__ __forceinline__ void loadHistory(const T* __restrict__ x, int64_t t0, int64_t channels,
+                                            float (&xw)[V][W]) {
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t s = t0 - (W - 1) + j;
+    Pack<T, V> p{};
+    if (s >= 0) p = *reinterpret_cast<const Pack<T, V>*>(x + s * channels);
+#pragma unroll
+    for (int v = 0; v < V; ++v) xw[v][j] = s >= 0 ? tile::toF32(p.v[v]) : 0.0f;
+  }
+}
+
 /// Grid: (ceil(C / (kThreadsPerBlock * V)), ceil(T / kTimeTile), B); one thread per V channels
 /// and tile. C % V == 0 and the tensors aligned to V elements (the launcher checks).
 template <typename T, int W, int V>
@@ -96,19 +120,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t t1 = min(t0 + kTimeTile, seqLen);
   const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
   float wc[V][W];
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int j = 0; j < W; ++j) wc[v][j] = w[(c + v) * W + j];
+  loadTaps<V, W>(w, c, wc);
   float xw[V][W];  // xw[v][j] = x_{t-W+1+j} of channel c + v
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    const int64_t s = t0 - (W - 1) + j;
-    P p{};
-    if (s >= 0) p = *reinterpret_cast<const P*>(x + base + s * channels);
-#pragma unroll
-    for (int v = 0; v < V; ++v) xw[v][j] = s >= 0 ? tile::toF32(p.v[v]) : 0.0f;
-  }
+  loadHistory<T, W, V>(x + base, t0, channels, xw);
   for (int64_t t = t0; t < t1; ++t) {
     const P in = *reinterpret_cast<const P*>(x + base + t * channels);
     P out;
@@ -143,10 +157,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t t1 = min(t0 + kTimeTile, seqLen);
   const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
   float wc[V][W];
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int j = 0; j < W; ++j) wc[v][j] = w[(c + v) * W + j];
+  loadTaps<V, W>(w, c, wc);
   float xw[V][W];   // xw[v][j] = x_{t-W+1+j} of channel c + v
   float dzw[V][W];  // dzw[v][k] = dz_{t-W+1+k}; entries before t0 are never read into dx
   float dwAcc[V][W];
@@ -154,14 +165,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int j = 0; j < W; ++j) dzw[v][j] = 0.0f, dwAcc[v][j] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    const int64_t s = t0 - (W - 1) + j;
-    P p{};
-    if (s >= 0) p = *reinterpret_cast<const P*>(x + base + s * channels);
-#pragma unroll
-    for (int v = 0; v < V; ++v) xw[v][j] = s >= 0 ? tile::toF32(p.v[v]) : 0.0f;
-  }
+  loadHistory<T, W, V>(x + base, t0, channels, xw);
   // t runs to t1 + W - 2: the last dx of the tile, dx_{t1-1}, needs dz up to t1 + W - 2.
   for (int64_t t = t0; t < t1 + W - 1; ++t) {
     const bool inside = t < seqLen;  // dz_t = 0 past the sequence's end
