@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "ops/l2_norm.h"
+#include "ops/rms_norm.h"
 #include "ops/short_conv.h"
 #include "ops/swiglu.h"
 
@@ -81,6 +82,30 @@ torch::Tensor autocastInput(const torch::Tensor& x) {
   const c10::DeviceType device = x.device().type();
   if (x.scalar_type() != torch::kFloat || !at::autocast::is_autocast_enabled(device)) return x;
   return x.to(at::autocast::get_autocast_dtype(device));
+}
+
+namespace {
+
+/// The dtype a block's projections read its normalised input in: autocast's where it is on, else x's.
+torch::ScalarType projectionDtype(const torch::Tensor& x) {
+  const c10::DeviceType device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
+}
+
+}  // namespace
+
+torch::Tensor blockNorm(const torch::Tensor& x, const torch::Tensor& weight) {
+  const torch::ScalarType out = projectionDtype(x);
+  if (ops::rmsNormSupported(x, torch::Tensor(), weight, out)) return ops::rmsNorm(x, weight, kNormEps, out);
+  return autocastInput(rmsNorm(x, weight));
+}
+
+std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, const torch::Tensor& residual,
+                                                     const torch::Tensor& weight) {
+  const torch::ScalarType out = projectionDtype(x);
+  if (ops::rmsNormSupported(x, residual, weight, out)) return ops::addRmsNorm(x, residual, weight, kNormEps, out);
+  torch::Tensor h = x + residual;
+  return {h, blockNorm(h, weight)};
 }
 
 torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset) {

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace linac::model {
@@ -87,6 +88,16 @@ void toCommonKernelDtype(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v);
 /// back to fp32 and sum them there. Cast once here, the projections read one copy and their
 /// gradients sum in that dtype before a single conversion.
 torch::Tensor autocastInput(const torch::Tensor& x);
+
+/// A block's normalised input, rmsNorm(x, weight) in the dtype its projections read
+/// (autocastInput's): one fused kernel on CUDA where ops::rmsNormSupported says so, rmsNorm +
+/// autocastInput elsewhere.
+torch::Tensor blockNorm(const torch::Tensor& x, const torch::Tensor& weight);
+
+/// {h, blockNorm(h, weight)} with h = x + residual (the residual stream after a mixer or MLP): one
+/// fused kernel each way on CUDA (ops::addRmsNorm), the add and blockNorm elsewhere.
+std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, const torch::Tensor& residual,
+                                                     const torch::Tensor& weight);
 
 /// x * rsqrt(sum(x^2) + eps) over the last dim (fla's l2norm): ops::l2Normalize's one kernel each
 /// way for CUDA tensors (in x's dtype, computed in fp32), composed torch ops elsewhere.

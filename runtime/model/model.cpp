@@ -65,13 +65,13 @@ public:
   /// labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
   torch::Tensor forward(const torch::Tensor& x, const StageProbe* probe = nullptr, int64_t index = 0,
                         const std::string& name = "") {
-    // normalised in fp32, then one copy in autocast's dtype for all the mixer's projections
-    torch::Tensor n = profiled(scope::kNorm, [&] { return autocastInput(rmsNorm(x, params_.at("attn_norm"))); });
+    // normalised in fp32 into one copy in the dtype all the mixer's projections read
+    torch::Tensor n = profiled(scope::kNorm, [&] { return blockNorm(x, params_.at("attn_norm")); });
     torch::Tensor mixed = attention_ ? attention_->forward(n) : linear_->forward(n);  // [B, T, hidden]
     const std::string layer = "blocks." + std::to_string(index) + ".";
     if (probe) (*probe)("layer " + std::to_string(index) + " (" + name + " mixer)", {layer + "attn_norm", layer + "mixer."}, mixed);
-    torch::Tensor h = x + mixed;
-    torch::Tensor m = profiled(scope::kNorm, [&] { return autocastInput(rmsNorm(h, params_.at("mlp_norm"))); });
+    torch::Tensor h, m;  // h = x + mixed, m = the MLP's normalised input
+    std::tie(h, m) = profiled(scope::kNorm, [&] { return addBlockNorm(x, mixed, params_.at("mlp_norm")); });
     torch::Tensor mlp = profiled(scope::kMlp, [&] { return swiglu(m, params_, "mlp"); });  // [B, T, hidden]
     if (probe) (*probe)("layer " + std::to_string(index) + " (mlp)", {layer + "mlp"}, mlp);
     return h + mlp;
@@ -86,11 +86,11 @@ public:
 
   /// forward() continuing the sequences `cache` holds, the first of x's tokens at `position`.
   torch::Tensor forwardCached(const torch::Tensor& x, LayerCache& cache, int64_t position) {
-    torch::Tensor n = autocastInput(rmsNorm(x, params_.at("attn_norm")));  // as forward() reads it
+    torch::Tensor n = blockNorm(x, params_.at("attn_norm"));  // as forward() reads it
     torch::Tensor mixed = attention_ ? attention_->forwardCached(n, *cache.attention)
                                      : linear_->forwardCached(n, *cache.linear, position);  // [B, T, hidden]
-    torch::Tensor h = x + mixed;
-    return h + swiglu(autocastInput(rmsNorm(h, params_.at("mlp_norm"))), params_, "mlp");
+    auto [h, m] = addBlockNorm(x, mixed, params_.at("mlp_norm"));
+    return h + swiglu(m, params_, "mlp");
   }
 
 private:

@@ -125,4 +125,55 @@ void l2NormForward(DType dtype, const L2NormShape& shape, const L2NormForwardArg
 /// dx = r (dy - x r^2 (x . dy)) per row (l2_norm.cu), computed in fp32.
 void l2NormBackward(DType dtype, const L2NormShape& shape, const L2NormBackwardArgs& args, cudaStream_t stream);
 
+/// Rows of an RMSNorm over the last dimension: [rows, dim], contiguous.
+struct RmsNormShape {
+  int64_t rows = 0;
+  int dim = 0;
+  float eps = 0.0f;  // y = h / sqrt(mean h^2 + eps) * w
+};
+
+/// Element types: x and h (the residual stream), the residual added to it, y and dy. The
+/// supported combinations are rmsNormSupported's.
+struct RmsNormTypes {
+  DType x = DType::F32;
+  DType residual = DType::F32;  // as y when there is no residual
+  DType y = DType::F32;
+};
+
+struct RmsNormForwardArgs {
+  const void* x = nullptr;         // [rows, dim] types.x
+  const void* residual = nullptr;  // [rows, dim] types.residual, or null: h = x
+  const float* weight = nullptr;   // [dim] fp32
+  void* y = nullptr;               // [rows, dim] types.y
+  void* h = nullptr;               // [rows, dim] types.x: x + residual (written exactly when residual is given)
+  float* rstd = nullptr;           // [rows] fp32: 1 / sqrt(mean h^2 + eps), kept for the backward
+};
+
+struct RmsNormBackwardArgs {
+  const void* dy = nullptr;      // [rows, dim] types.y
+  const void* h = nullptr;       // [rows, dim] types.x: the normalised input (x, or the forward's h)
+  const float* weight = nullptr; // [dim] fp32
+  const float* rstd = nullptr;   // [rows] fp32, as the forward wrote it
+  const void* dhOut = nullptr;   // [rows, dim] types.x: h's gradient from its other uses, or null
+  void* dx = nullptr;            // [rows, dim] types.x: the whole gradient of h (and of x)
+  void* dresidual = nullptr;     // [rows, dim] types.residual: the same values, or null
+  float* dweight = nullptr;      // [dim] fp32 (overwritten), or null when not wanted
+  float* workspace = nullptr;    // rmsNormWorkspaceFloats(shape) floats when dweight is wanted
+};
+
+/// Whether rms_norm.cu has a kernel for these element types.
+bool rmsNormSupported(const RmsNormTypes& types);
+
+/// h = x (+ residual), y = h / sqrt(mean h^2 + eps) * w per row (rms_norm.cu), computed in fp32.
+void rmsNormForward(const RmsNormTypes& types, const RmsNormShape& shape, const RmsNormForwardArgs& args,
+                    cudaStream_t stream);
+
+/// The gradients of rmsNormForward's y (and of h's other uses) with respect to x, the residual and
+/// the weight; dweight summed over rows in a fixed order (deterministic).
+void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const RmsNormBackwardArgs& args,
+                     cudaStream_t stream);
+
+/// fp32 elements of the workspace rmsNormBackward needs to compute dweight.
+size_t rmsNormWorkspaceFloats(const RmsNormShape& shape);
+
 }  // namespace linac::kernels::cuda

@@ -6,6 +6,7 @@
 
 #include "ops/short_conv.h"
 #include "ops/l2_norm.h"
+#include "ops/rms_norm.h"
 #include "ops/swiglu.h"
 
 #include <ATen/autocast_mode.h>
@@ -23,6 +24,12 @@ torch::Tensor composedRmsNorm(const torch::Tensor& x, const torch::Tensor& weigh
 }
 
 /// Largest |a - b| over max(1, largest |b|): values and gradients here are of order one.
+/// ||a - b|| / ||b|| in float64.
+double relRms(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+  return ((x - y).pow(2).mean().sqrt() / y.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
+}
+
 double maxError(const torch::Tensor& a, const torch::Tensor& b) {
   torch::Tensor x = a.to(torch::kFloat64).cpu(), y = b.to(torch::kFloat64).cpu();
   return (x - y).abs().max().item<double>() / std::max(1.0, y.abs().max().item<double>());
@@ -136,10 +143,6 @@ ConvErrors shortConvErrors(torch::Device device, torch::Dtype dtype, int64_t B, 
   EXPECT_EQ(ours[0].scalar_type(), dtype);
   EXPECT_EQ(ours[1].scalar_type(), dtype);
   EXPECT_EQ(ours[2].scalar_type(), torch::kFloat32);
-  auto relRms = [](const torch::Tensor& a, const torch::Tensor& b) {
-    torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
-    return ((x - y).pow(2).mean().sqrt() / y.pow(2).mean().sqrt().clamp_min(1e-30)).item<double>();
-  };
   auto err = [&](size_t i) { return dtype == torch::kFloat32 ? maxError(ours[i], reference[i]) : relRms(ours[i], reference[i]); };
   return {err(0), err(1), err(2)};
 }
@@ -199,6 +202,22 @@ TEST(Layers, AutocastInputCastsOnceUnderAutocastOnly) {
   EXPECT_EQ(x.grad().scalar_type(), torch::kFloat32);
   const torch::Tensor want = (w1.sum(0) + w2.sum(0)).expand_as(x);
   EXPECT_LE(maxError(x.grad(), want) / want.abs().max().item<double>(), 1e-2);  // bf16 weights
+}
+
+// Off CUDA a block's norms compose: blockNorm is rmsNorm then autocastInput, addBlockNorm adds
+// first (and the fused op refuses CPU tensors).
+TEST(Layers, BlockNormsOnTheCpuCompose) {
+  torch::manual_seed(37);
+  torch::Tensor x = torch::randn({2, 5, 32}), r = torch::randn({2, 5, 32}), w = 1.0 + 0.1 * torch::randn({32});
+  EXPECT_FALSE(ops::rmsNormSupported(x, r, w, torch::kFloat32));
+  EXPECT_THROW(ops::rmsNorm(x, w, kNormEps, torch::kFloat32), std::invalid_argument);
+  EXPECT_LE(maxError(blockNorm(x, w), rmsNorm(x, w)), 0.0);
+  auto [h, y] = addBlockNorm(x, r, w);
+  EXPECT_LE(maxError(h, x + r), 0.0);
+  EXPECT_LE(maxError(y, rmsNorm(x + r, w)), 0.0);
+  AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+  EXPECT_EQ(blockNorm(x, w).scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(addBlockNorm(x, r, w).first.scalar_type(), torch::kFloat32);  // the residual stream stays fp32
 }
 
 // The CPU has no fused L2 norm: the op refuses CPU tensors, and l2Normalize composes torch ops
@@ -366,6 +385,88 @@ TEST_F(LayersCuda, L2NormalizeMatchesTheComposedFormula) {
       }
     }
   }
+}
+
+// The fused RMSNorm (and residual add) against the composed formula in float64: y, and the
+// gradients of x, the residual and the weight of <y, p> + <h, q> (so h's other use feeds its
+// gradient in), for every element-type combination the kernels have, dims on the vector path
+// (1024, 64) and off it (130, 7), with and without the residual. The weight's gradient is summed
+// in a fixed order: a second run gives the same bits.
+TEST_F(LayersCuda, RmsNormFusedMatchesTheComposedFormula) {
+  torch::manual_seed(41);
+  struct Types {
+    torch::Dtype x, out;  // the residual is `out`'s dtype, as in training (fp32 stream, bf16 mixer)
+    double tolerance;     // rel-RMS: roundings of y, h and the gradients in their dtypes
+  };
+  const Types combos[] = {{torch::kFloat32, torch::kFloat32, 1e-6}, {torch::kFloat32, torch::kBFloat16, 8e-3},
+                          {torch::kFloat32, torch::kHalf, 1e-3},    {torch::kBFloat16, torch::kBFloat16, 8e-3},
+                          {torch::kHalf, torch::kHalf, 1e-3}};
+  auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const Types& t : combos) {
+    for (int64_t D : {1024, 64, 130, 7}) {
+      for (bool add : {false, true}) {
+        // [B, T] = [3, 300]: 900 rows, more than one slice of the weight gradient's pass
+        const torch::Tensor x0 = torch::randn({3, 300, D}, opts), r0 = torch::randn({3, 300, D}, opts);
+        const torch::Tensor w0 = 1.0 + 0.1 * torch::randn({D}, opts);
+        const torch::Tensor p = torch::randn({3, 300, D}, opts), q = torch::randn({3, 300, D}, opts);
+        auto run = [&](bool reference) {
+          // the inputs as the kernel reads them; the reference takes their exact float64 values
+          auto leaf = [&](const torch::Tensor& t0, torch::Dtype dtype) {
+            const torch::Tensor v = t0.to(dtype);
+            return (reference ? v.to(torch::kFloat64) : v).detach().requires_grad_(true);
+          };
+          torch::Tensor x = leaf(x0, t.x), r = leaf(r0, t.out), w = leaf(w0, torch::kFloat32);
+          torch::Tensor h, y;
+          if (reference) {
+            h = add ? x + r : x;
+            if (add)  // rounded to x's dtype, as the kernel (and the composed add) rounds it
+              h = h + (h.detach().to(t.x).to(torch::kFloat64) - h.detach());
+            y = h * torch::rsqrt(h.pow(2).mean(-1, true) + kNormEps) * w;
+          } else if (add) {
+            std::tie(h, y) = ops::addRmsNorm(x, r, w, kNormEps, t.out);
+          } else {
+            h = x;
+            y = ops::rmsNorm(x, w, kNormEps, t.out);
+          }
+          torch::Tensor loss = (y.to(torch::kFloat64) * p.to(torch::kFloat64)).sum();
+          if (add) loss = loss + (h.to(torch::kFloat64) * q.to(torch::kFloat64)).sum();
+          loss.backward();
+          std::vector<torch::Tensor> out = {y.detach(), x.grad(), w.grad()};
+          if (add) out.push_back(r.grad());
+          if (add) out.push_back(h.detach());
+          return out;
+        };
+        const auto ours = run(false), reference = run(true);
+        const char* names[] = {"y", "d x", "d weight", "d residual", "h"};
+        for (size_t i = 0; i < ours.size(); ++i) {
+          ASSERT_TRUE(ours[i].defined()) << names[i];
+          EXPECT_LE(relRms(ours[i], reference[i]), t.tolerance) << names[i] << ", D " << D << (add ? " with" : " without") << " residual, x "
+                                      << t.x << ", out " << t.out;
+        }
+        EXPECT_EQ(ours[0].scalar_type(), t.out);
+        const auto again = run(false);
+        EXPECT_TRUE(torch::equal(ours[2], again[2])) << "d weight not deterministic, D " << D;
+      }
+    }
+  }
+}
+
+// Under CUDA autocast a block's norm hands the projections bf16 directly (the fused kernel), the
+// residual stream stays fp32, and the values are the composed path's.
+TEST_F(LayersCuda, BlockNormsUnderAutocastMatchTheComposedPath) {
+  torch::manual_seed(43);
+  auto opts = torch::TensorOptions().device(torch::kCUDA);
+  torch::Tensor x = torch::randn({2, 64, 256}, opts), w = 1.0 + 0.1 * torch::randn({256}, opts);
+  torch::Tensor mixed = torch::randn({2, 64, 256}, opts).to(torch::kBFloat16);
+  AutocastScope autocast(torch::kCUDA, torch::kBFloat16);
+  torch::Tensor n = blockNorm(x, w);
+  EXPECT_EQ(n.scalar_type(), torch::kBFloat16);
+  EXPECT_LE(relRms(n, autocastInput(rmsNorm(x, w))), 8e-3);
+  auto [h, m] = addBlockNorm(x, mixed, w);
+  EXPECT_EQ(h.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(m.scalar_type(), torch::kBFloat16);
+  EXPECT_LE(maxError(h, x + mixed), 0.0);
+  EXPECT_LE(relRms(m, autocastInput(rmsNorm(x + mixed, w))), 8e-3);
 }
 
 }  // namespace
