@@ -356,7 +356,7 @@ profiled() {
 # parity, fla import parity, ... in a tests-enabled CUDA build (build-gpu-tests), GoogleTest from
 # the carried .deps/googletest (bench/fetch_deps.sh) since the image has none; carry .fla/site for
 # the fla parity. GPU_TESTS (a ctest -R regex) narrows them; GPU_TEST_TARGETS names the executables
-# they need (default the three the gpu entries run today).
+# they need (default the four the gpu entries run today).
 gputests() {
   local torch_prefix gloo=()
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -369,7 +369,7 @@ gputests() {
   targets=$(ctest --test-dir build-gpu-tests -N -L gpu -E linac_cuda_lab 2>/dev/null | grep -c "Test *#")
   echo "gputests: $targets entries; building ($((SECONDS - start)) s)"
   # only the executables the gpu entries run (GPU_TEST_TARGETS), not the whole CPU suite
-  phase 420 ninja -C build-gpu-tests -j16 ${GPU_TEST_TARGETS:-linac_layers_tests linac_generate_tests linac_interop_tests} \
+  phase 420 ninja -C build-gpu-tests -j16 ${GPU_TEST_TARGETS:-linac_layers_tests linac_generate_tests linac_interop_tests linac_ops_tests} \
     >> "$OUT/gputests.log" 2>&1 \
     || { grep -E "error|FAILED" "$OUT/gputests.log" | head -30; return 1; }
   echo "gputests: built ($((SECONDS - start)) s)"

@@ -11,6 +11,13 @@
 #include <ATen/ops/addmm.h>
 
 #include <algorithm>
+#include <utility>
+
+#ifdef LINAC_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace linac::ops {
 namespace {
@@ -35,6 +42,49 @@ void accumulateWeightGradient(torch::Tensor& gradWeight, const torch::Tensor& gr
     at::addmm_out(gradWeight, gradWeight, gradLogits.t(), x, torch::kFloat32);
 }
 
+/// One chunk's summed loss and, when `wantGrad`, d loss / d logits = (softmax - onehot(target)) *
+/// perToken on scored rows, 0 elsewhere, in the logits' dtype. logits [c, V] in the GEMM's dtype;
+/// target [c] with the ignore index where a token is not scored. On CUDA (fp32 / bf16 / fp16
+/// logits) one kernel (kernels/cuda/cross_entropy.cu) writes the gradient over the logits;
+/// elsewhere ATen ops in fp32.
+std::pair<torch::Tensor, torch::Tensor> chunkLossAndGradient(torch::Tensor logits, const torch::Tensor& target,
+                                                             const torch::Tensor& perToken, int64_t ignoreIndex,
+                                                             bool wantGrad) {
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const torch::TensorOptions fp32 = logits.options().dtype(torch::kFloat32);
+#ifdef LINAC_HAVE_CUDA
+  const auto type = logits.scalar_type();
+  if (logits.is_cuda() && (type == torch::kFloat32 || type == torch::kBFloat16 || type == torch::kHalf)) {
+    logits = logits.contiguous();
+    const torch::Tensor targets = target.contiguous(), scale = perToken.contiguous();
+    torch::Tensor rowLoss = torch::empty({rows}, fp32);
+    kernels::cuda::CrossEntropyArgs args;
+    args.logits = logits.data_ptr(), args.targets = targets.data_ptr<int64_t>(), args.ignoreIndex = ignoreIndex;
+    args.scale = scale.data_ptr<float>(), args.loss = rowLoss.data_ptr<float>();
+    args.grad = wantGrad ? logits.data_ptr() : nullptr;  // in place
+    kernels::cuda::crossEntropyForwardBackward(checks::kernelDtype(type), {rows, vocab}, args,
+                                               at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+    return {rowLoss.sum(), wantGrad ? logits : torch::Tensor()};
+  }
+#endif
+  const torch::Tensor keep = target.ne(ignoreIndex);                                        // [c] bool
+  const torch::Tensor index = target.masked_fill(keep.logical_not(), 0).unsqueeze(1);  // [c, 1], 0 where ignored
+  const torch::ScalarType gemmDtype = logits.scalar_type();
+  torch::Tensor l = logits.to(torch::kFloat32);  // [c, V] fp32
+  // log-sum-exp without a second [c, V] buffer: shift by the row maximum and exponentiate in place.
+  const torch::Tensor picked = l.gather(1, index).squeeze(1);                // [c] the target's logit
+  const torch::Tensor rowMax = std::get<0>(l.max(1, /*keepdim=*/true));     // [c, 1]
+  torch::Tensor expShifted = l.sub_(rowMax).exp_();                          // [c, V], in place
+  const torch::Tensor sumExp = expShifted.sum(1, /*keepdim=*/true);          // [c, 1]
+  const torch::Tensor logSumExp = (rowMax + sumExp.log()).squeeze(1);        // [c]
+  const torch::Tensor loss = ((logSumExp - picked) * keep).sum();
+  if (!wantGrad) return {loss, torch::Tensor()};
+  torch::Tensor grad = expShifted.div_(sumExp);  // [c, V] the softmax, in place
+  grad.scatter_add_(1, index, torch::full({rows, 1}, -1.0f, fp32));
+  grad.mul_((keep.to(torch::kFloat32) * perToken).unsqueeze(1));
+  return {loss, grad.to(gemmDtype)};  // grad itself when fp32
+}
+
 LossAndGradients lossAndGradients(const torch::Tensor& hidden, const torch::Tensor& weight,
                                   const torch::Tensor& targets, const LinearCrossEntropyOptions& options,
                                   torch::ScalarType deviceGemmDtype, bool wantHidden, bool wantWeight) {
@@ -54,24 +104,11 @@ LossAndGradients lossAndGradients(const torch::Tensor& hidden, const torch::Tens
   for (int64_t begin = 0; begin < tokens; begin += chunk) {
     const int64_t end = std::min(tokens, begin + chunk);
     const torch::Tensor x = hidden.slice(0, begin, end).to(gemmDtype);  // [c, d]
-    const torch::Tensor keep = scored.slice(0, begin, end);            // [c] bool
-    const torch::Tensor target =
-        targets.slice(0, begin, end).masked_fill(keep.logical_not(), 0).unsqueeze(1);  // [c, 1], 0 where ignored
-    torch::Tensor logits = x.mm(w.t()).to(torch::kFloat32);  // [c, V] fp32
-    // log-sum-exp without a second [c, V] buffer: shift by the row maximum and exponentiate in place.
-    const torch::Tensor picked = logits.gather(1, target).squeeze(1);  // [c] the target's logit
-    const torch::Tensor rowMax = std::get<0>(logits.max(1, /*keepdim=*/true));  // [c, 1]
-    torch::Tensor expShifted = logits.sub_(rowMax).exp_();             // [c, V], in place
-    const torch::Tensor sumExp = expShifted.sum(1, /*keepdim=*/true);  // [c, 1]
-    const torch::Tensor logSumExp = (rowMax + sumExp.log()).squeeze(1);  // [c]
-    lossSum += ((logSumExp - picked) * keep).sum();
+    auto [loss, gradGemm] = chunkLossAndGradient(x.mm(w.t()), targets.slice(0, begin, end), perToken,
+                                                 options.ignoreIndex, wantHidden || wantWeight);  // [c, V]
+    lossSum += loss;
     if (!wantHidden && !wantWeight)
       continue;
-    // d loss / d logits = (softmax - onehot(target)) / scored tokens on scored rows, 0 elsewhere.
-    torch::Tensor grad = expShifted.div_(sumExp);  // [c, V] the softmax, in place
-    grad.scatter_add_(1, target, torch::full({end - begin, 1}, -1.0f, fp32));
-    grad.mul_((keep.to(torch::kFloat32) * perToken).unsqueeze(1));
-    const torch::Tensor gradGemm = grad.to(gemmDtype);  // [c, V]; grad itself when fp32
     if (wantHidden)
       gradHidden.slice(0, begin, end).copy_(gradGemm.mm(w));  // [c, d]
     if (wantWeight)

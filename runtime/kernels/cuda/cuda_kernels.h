@@ -176,4 +176,24 @@ void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const
 /// fp32 elements of the workspace rmsNormBackward needs to compute dweight.
 size_t rmsNormWorkspaceFloats(const RmsNormShape& shape);
 
+/// A chunk of the LM head's logits: [rows, vocab] rows, contiguous.
+struct CrossEntropyShape {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+};
+
+struct CrossEntropyArgs {
+  const void* logits = nullptr;     // [rows, vocab] dtype
+  const int64_t* targets = nullptr; // [rows]; ignoreIndex rows count for nothing
+  int64_t ignoreIndex = -100;
+  const float* scale = nullptr;     // [] fp32: the gradient's factor (1 / scored tokens), on the device
+  float* loss = nullptr;            // [rows] fp32: logsumexp - the target's logit (0 where ignored)
+  void* grad = nullptr;             // [rows, vocab] dtype: (softmax - onehot) * scale; may be logits; null: none
+};
+
+/// Per-row cross-entropy of a chunk of logits and its gradient in one pass (cross_entropy.cu),
+/// computed in fp32. A target outside [0, vocab) gives its row a NaN loss.
+void crossEntropyForwardBackward(DType dtype, const CrossEntropyShape& shape, const CrossEntropyArgs& args,
+                                 cudaStream_t stream);
+
 }  // namespace linac::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -186,6 +187,50 @@ TEST(LinearCrossEntropy, PeakMemoryStaysNearTheChunkBudget) {
             << logitsBytes / (1 << 20) << " MiB)" << std::endl;
   EXPECT_GT(unfused, 2 * logitsBytes);  // logits and their log-softmax at least
   EXPECT_LT(fusedPeak, logitsBytes / 2);
+}
+
+// --- on the GPU (label gpu): the chunk's loss and gradient in one kernel (cross_entropy.cu) ----
+
+Problem onCuda(Problem p) {
+  p.hidden = p.hidden.cuda(), p.weight = p.weight.cuda(), p.targets = p.targets.cuda();
+  return p;
+}
+
+Result cpuResult(const Result& r) { return {r.loss.cpu(), r.gradHidden.cpu(), r.gradWeight.cpu()}; }
+
+// The kernel path against the float64 unfused form: fp32 and bf16, a vocabulary on the 16-byte
+// path (32,000, fla's) and one off it (53), chunks that leave a remainder, ignored tokens.
+TEST(LinearCrossEntropyCuda, MatchesUnfused) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "LinearCrossEntropyCuda needs a GPU";
+  struct Case {
+    torch::ScalarType dtype;
+    int64_t vocab;
+    double tolerance;
+  };
+  for (const Case c : {Case{torch::kFloat32, 53, 2e-5}, Case{torch::kFloat32, 32000, 2e-5},
+                       Case{torch::kBFloat16, 53, 1e-2}, Case{torch::kBFloat16, 32000, 1e-2}}) {
+    const Problem p = makeProblem(37, 24, c.vocab, c.dtype, 7);
+    const Result want = reference(p);
+    const Result got = cpuResult(fused(onCuda(p), budgetFor(8, c.vocab)));
+    const std::string what = std::string(c10::toString(c.dtype)) + " V " + std::to_string(c.vocab);
+    EXPECT_LT(relativeError(got.loss, want.loss), c.tolerance) << what;
+    EXPECT_LT(relativeError(got.gradHidden, want.gradHidden), c.tolerance) << what;
+    EXPECT_LT(relativeError(got.gradWeight, want.gradWeight), c.tolerance) << what;
+    EXPECT_EQ(got.gradHidden.slice(0, 0, 37, 5).abs().max().item<double>(), 0.0) << what;  // ignored tokens
+  }
+}
+
+// Without gradients (evaluation) the kernel writes the loss alone, equal to the training pass's;
+// a target outside the vocabulary makes the loss NaN instead of reading past the row.
+TEST(LinearCrossEntropyCuda, LossWithoutGradientsAndBadTargets) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "LinearCrossEntropyCuda needs a GPU";
+  const Problem p = onCuda(makeProblem(20, 16, 41, torch::kFloat32, 8));
+  const double trained = fused(p, budgetFor(8, 41)).loss.item<double>();
+  torch::NoGradGuard noGrad;
+  EXPECT_NEAR(ops::linearCrossEntropy(p.hidden, p.weight, p.targets).item<double>(), trained, 1e-6);
+  torch::Tensor bad = p.targets.clone();
+  bad[3] = 41;
+  EXPECT_TRUE(std::isnan(ops::linearCrossEntropy(p.hidden, p.weight, bad).item<double>()));
 }
 
 }  // namespace
