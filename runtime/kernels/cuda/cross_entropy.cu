@@ -19,6 +19,7 @@
 // thread, then across the warp and the block.
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "pointwise.cuh"
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
@@ -30,14 +31,11 @@
 namespace linac::kernels::cuda {
 namespace {
 
+using pointwise::Pack;
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kVectorBytes = 16;
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 /// The running (max, sum of exp(x - max)) of a set, with one more set merged in.
 struct MaxSum {
@@ -109,17 +107,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// f(T{}) for the element type of `dtype`.
-template <typename F>
-void withType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); break;
-    case DType::BF16: f(__nv_bfloat16{}); break;
-    case DType::F16: f(__half{}); break;
-    default: LINAC_REQUIRE(false, "crossEntropy: unknown dtype");
-  }
-}
-
 }  // namespace
 
 void crossEntropyForwardBackward(DType dtype, const CrossEntropyShape& shape, const CrossEntropyArgs& args,
@@ -128,14 +115,12 @@ void crossEntropyForwardBackward(DType dtype, const CrossEntropyShape& shape, co
   LINAC_REQUIRE(shape.rows <= 0x7fffffff, "crossEntropy: rows past the launch grid's limit");
   if (shape.rows == 0) return;
   LINAC_REQUIRE(args.logits && args.targets && args.scale && args.loss, "crossEntropy: null logits, targets, scale or loss");
-  withType(dtype, [&](auto zero) {
+  pointwise::withElementType(dtype, "crossEntropy", [&](auto zero) {
     using T = decltype(zero);
     constexpr int kVec = kVectorBytes / int(sizeof(T));
     const auto* logits = static_cast<const T*>(args.logits);
     auto* grad = static_cast<T*>(args.grad);
-    const auto bytes = uintptr_t(kVec * sizeof(T));
-    const bool vector = shape.vocab % kVec == 0 && reinterpret_cast<uintptr_t>(logits) % bytes == 0 &&
-                        reinterpret_cast<uintptr_t>(grad) % bytes == 0;
+    const bool vector = shape.vocab % kVec == 0 && pointwise::aligned({logits, grad}, kVectorBytes);
     const unsigned grid = static_cast<unsigned>(shape.rows);
     if (vector)
       crossEntropyKernel<T, kVec><<<grid, kThreads, 0, stream>>>(logits, args.targets, args.ignoreIndex, args.scale,

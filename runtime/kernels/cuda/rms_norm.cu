@@ -24,6 +24,7 @@
 // bf16) and (fp16, fp16, fp16). rmsNormSupported tells the caller.
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "pointwise.cuh"
 #include "tile.cuh"
 
 #include <cuda_bf16.h>
@@ -31,11 +32,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
-#include <utility>
 
 namespace linac::kernels::cuda {
 namespace {
+
+using pointwise::Pack;
+using pointwise::warpSum;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -44,11 +46,6 @@ constexpr int kVector = 4;
 constexpr int kBlocksPerSm = 8;
 /// Rows summed by one thread of the dw pass before its partial goes to the workspace.
 constexpr int64_t kDwRowsPerSlice = 256;
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 template <typename T, int V>
 __device__ __forceinline__ void loadF32(const T* p, float (&out)[V]) {
@@ -63,12 +60,6 @@ __device__ __forceinline__ void storeF32(T* p, const float (&in)[V]) {
 #pragma unroll
   for (int v = 0; v < V; ++v) pack.v[v] = tile::fromF32<T>(in[v]);
   *reinterpret_cast<Pack<T, V>*>(p) = pack;
-}
-
-__device__ __forceinline__ float warpSum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 /// h's V elements at column j of a row: x, or x + r rounded to X (as the composed add would be).
@@ -179,21 +170,8 @@ __global__ void __launch_bounds__(kThreads)
   dw[i] = sum;
 }
 
-/// Whether every one of `pointers` (null ones aside) is aligned to `bytes`.
-bool aligned(std::initializer_list<std::pair<const void*, size_t>> pointers) {
-  for (const auto& [p, bytes] : pointers)
-    if (p && reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
-  return true;
-}
-
-/// Blocks for `rows` rows (a warp each): enough to fill the device, no more than the work needs.
-unsigned rowGrid(int64_t rows) {
-  int device = 0, sms = 0;
-  LINAC_CUDA_CHECK(cudaGetDevice(&device));
-  LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t needed = (rows + kWarps - 1) / kWarps;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * kBlocksPerSm)));
-}
+/// Blocks for `rows` rows (a warp each).
+unsigned rowGrid(int64_t rows) { return pointwise::gridBlocks((rows + kWarps - 1) / kWarps, kBlocksPerSm); }
 
 int64_t dwSlices(int64_t rows) { return (rows + kDwRowsPerSlice - 1) / kDwRowsPerSlice; }
 
@@ -242,8 +220,9 @@ void rmsNormForward(const RmsNormTypes& types, const RmsNormShape& shape, const 
     auto* y = static_cast<Y*>(args.y);
     auto* h = static_cast<X*>(args.h);
     const bool vector = shape.dim % kVector == 0 &&
-                        aligned({{x, sizeof(X) * kVector}, {r, sizeof(R) * kVector}, {y, sizeof(Y) * kVector},
-                                 {h, sizeof(X) * kVector}, {args.weight, sizeof(float) * kVector}});
+                        pointwise::aligned({x, h}, sizeof(X) * kVector) && pointwise::aligned({r}, sizeof(R) * kVector) &&
+                        pointwise::aligned({y}, sizeof(Y) * kVector) &&
+                        pointwise::aligned({args.weight}, sizeof(float) * kVector);
     const unsigned grid = rowGrid(shape.rows);
     if (vector)
       rmsNormForwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(x, r, args.weight, y, h, args.rstd,
@@ -271,9 +250,9 @@ void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const
     auto* dx = static_cast<X*>(args.dx);
     auto* dr = static_cast<R*>(args.dresidual);
     const bool vector = shape.dim % kVector == 0 &&
-                        aligned({{dy, sizeof(Y) * kVector}, {h, sizeof(X) * kVector}, {dhOut, sizeof(X) * kVector},
-                                 {dx, sizeof(X) * kVector}, {dr, sizeof(R) * kVector},
-                                 {args.weight, sizeof(float) * kVector}});
+                        pointwise::aligned({h, dhOut, dx}, sizeof(X) * kVector) &&
+                        pointwise::aligned({dr}, sizeof(R) * kVector) && pointwise::aligned({dy}, sizeof(Y) * kVector) &&
+                        pointwise::aligned({args.weight}, sizeof(float) * kVector);
     const unsigned grid = rowGrid(shape.rows);
     if (vector)
       rmsNormBackwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(dy, h, args.weight, args.rstd, dhOut, dx,
