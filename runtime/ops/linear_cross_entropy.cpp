@@ -14,9 +14,8 @@
 #include <utility>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
-
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops {
@@ -54,7 +53,7 @@ std::pair<torch::Tensor, torch::Tensor> chunkLossAndGradient(torch::Tensor logit
   const torch::TensorOptions fp32 = logits.options().dtype(torch::kFloat32);
 #ifdef LINAC_HAVE_CUDA
   const auto type = logits.scalar_type();
-  if (logits.is_cuda() && (type == torch::kFloat32 || type == torch::kBFloat16 || type == torch::kHalf)) {
+  if (logits.is_cuda() && checks::isKernelDtype(type)) {
     logits = logits.contiguous();
     const torch::Tensor targets = target.contiguous(), scale = perToken.contiguous();
     torch::Tensor rowLoss = torch::empty({rows}, fp32);
@@ -63,7 +62,7 @@ std::pair<torch::Tensor, torch::Tensor> chunkLossAndGradient(torch::Tensor logit
     args.scale = scale.data_ptr<float>(), args.loss = rowLoss.data_ptr<float>();
     args.grad = wantGrad ? logits.data_ptr() : nullptr;  // in place
     kernels::cuda::crossEntropyForwardBackward(checks::kernelDtype(type), {rows, vocab}, args,
-                                               at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+                                               currentStream(logits.device()));
     return {rowLoss.sum(), wantGrad ? logits : torch::Tensor()};
   }
 #endif

@@ -9,10 +9,10 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops {
@@ -20,14 +20,10 @@ namespace {
 
 constexpr std::string_view kOp = "linac::ops::rmsNorm";
 
-bool kernelType(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf; }
-
 #ifdef LINAC_HAVE_CUDA
 namespace cuda = kernels::cuda;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-cudaStream_t streamFor(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 cuda::RmsNormTypes typesOf(torch::ScalarType x, torch::ScalarType residual, torch::ScalarType y) {
   return {checks::kernelDtype(x), checks::kernelDtype(residual), checks::kernelDtype(y)};
@@ -59,7 +55,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     args.x = xc.data_ptr(), args.residual = add ? rc.data_ptr() : nullptr, args.weight = wc.data_ptr<float>();
     args.y = y.data_ptr(), args.h = add ? h.data_ptr() : nullptr, args.rstd = rstd.data_ptr<float>();
     const cuda::RmsNormTypes types = typesOf(xc.scalar_type(), add ? rc.scalar_type() : outType, outType);
-    cuda::rmsNormForward(types, shape, args, streamFor(xc));
+    cuda::rmsNormForward(types, shape, args, currentStream(xc.device()));
     ctx->save_for_backward({add ? h : xc, wc, rstd});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["out"] = out;
@@ -99,7 +95,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     args.dx = dx.data_ptr(), args.dresidual = wantR ? dr.data_ptr() : nullptr;
     args.dweight = wantW ? dw.data_ptr<float>() : nullptr;
     args.workspace = wantW ? workspace.data_ptr<float>() : nullptr;
-    cuda::rmsNormBackward(typesOf(h.scalar_type(), residualType, yType), shape, args, streamFor(h));
+    cuda::rmsNormBackward(typesOf(h.scalar_type(), residualType, yType), shape, args, currentStream(h.device()));
     // x, residual, weight, then eps and out (no gradient)
     return {wantX ? dx : torch::Tensor(), dr, dw, torch::Tensor(), torch::Tensor()};
   }
@@ -131,7 +127,7 @@ bool rmsNormSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]] 
     return false;
   if (residual.defined() && (residual.device() != x.device() || residual.sizes() != x.sizes())) return false;
   const auto tx = x.scalar_type(), tr = residual.defined() ? residual.scalar_type() : out;
-  if (!kernelType(tx) || !kernelType(tr) || !kernelType(out)) return false;
+  if (!checks::isKernelDtype(tx) || !checks::isKernelDtype(tr) || !checks::isKernelDtype(out)) return false;
   return kernels::cuda::rmsNormSupported({checks::kernelDtype(tx), checks::kernelDtype(tr), checks::kernelDtype(out)});
 #else
   return false;
