@@ -100,6 +100,12 @@ torch::Tensor blockNorm(const torch::Tensor& x, const torch::Tensor& weight) {
   return autocastInput(rmsNorm(x, weight));
 }
 
+torch::Tensor gatedRmsNorm(const torch::Tensor& o, const torch::Tensor& weight, const torch::Tensor& gate) {
+  const torch::ScalarType out = projectionDtype(o);
+  if (ops::rmsNormGatedSupported(o, gate, weight, out)) return ops::rmsNormGated(o, weight, gate, kNormEps, out);
+  return rmsNorm(o, weight) * gate;
+}
+
 std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, const torch::Tensor& residual,
                                                      const torch::Tensor& weight) {
   const torch::ScalarType out = projectionDtype(x);

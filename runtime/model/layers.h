@@ -94,6 +94,10 @@ torch::Tensor autocastInput(const torch::Tensor& x);
 /// autocastInput elsewhere.
 torch::Tensor blockNorm(const torch::Tensor& x, const torch::Tensor& weight);
 
+/// A linear mixer's output norm times its gate, rmsNorm(o, weight) * gate: one fused kernel each way
+/// on CUDA (ops::rmsNormGated, y in the dtype the output projection reads), composed elsewhere.
+torch::Tensor gatedRmsNorm(const torch::Tensor& o, const torch::Tensor& weight, const torch::Tensor& gate);
+
 /// {h, blockNorm(h, weight)} with h = x + residual (the residual stream after a mixer or MLP): one
 /// fused kernel each way on CUDA (ops::addRmsNorm), the add and blockNorm elsewhere.
 std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, const torch::Tensor& residual,

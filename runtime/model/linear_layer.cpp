@@ -212,8 +212,15 @@ torch::Tensor LinearMixerImpl::output(torch::Tensor o, const Env& env, int64_t B
     torch::Tensor y = o;
     if (layer_->residual.present)
       y = y + role("residual", layer_->residual, out ? out->residual : spec::ExprPtr(), env, oracle);
-    y = norm(y);
-    if (layer_->gate.present) y = y * role("gate", layer_->gate, out ? out->gate : spec::ExprPtr(), env, oracle);
+    torch::Tensor gate = layer_->gate.present
+                             ? role("gate", layer_->gate, out ? out->gate : spec::ExprPtr(), env, oracle)
+                             : torch::Tensor();
+    if (!oracle && gate.defined() && layer_->norm == runtime::NormKind::RMSNorm) {
+      y = gatedRmsNorm(y, params_.at("norm_weight").to(y.device()), gate);  // one kernel on CUDA
+    } else {
+      y = norm(y);
+      if (gate.defined()) y = y * gate;
+    }
     return y.reshape({B, T, dims_.heads * dims_.valueDim});
   });
 }

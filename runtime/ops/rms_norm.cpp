@@ -37,16 +37,17 @@ cuda::RmsNormShape shapeOf(const torch::Tensor& x, double eps) {
   return shape;
 }
 
-/// y = rmsNorm(h) * w with h = x (+ residual): outputs {y} or {y, h}; saves h (or x), w and the
-/// per-row rstd. The residual is passed undefined for the plain norm.
+/// y = rmsNorm(h) * w (* gate) with h = x (+ residual): outputs {y} or {y, h}; saves h (or x), w,
+/// the per-row rstd and the gate. The residual and the gate are passed undefined when absent.
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& residual,
-                               const torch::Tensor& weight, double eps, int64_t out) {
+                               const torch::Tensor& gate, const torch::Tensor& weight, double eps, int64_t out) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto outType = static_cast<torch::ScalarType>(out);
     const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();
-    const bool add = residual.defined();
+    const bool add = residual.defined(), gated = gate.defined();
     const torch::Tensor rc = add ? residual.contiguous() : torch::Tensor();
+    const torch::Tensor gc = gated ? gate.to(outType).contiguous() : torch::Tensor();
     const cuda::RmsNormShape shape = shapeOf(xc, eps);
     torch::Tensor y = torch::empty(xc.sizes(), xc.options().dtype(outType));
     torch::Tensor h = add ? torch::empty_like(xc) : torch::Tensor();
@@ -54,9 +55,10 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     cuda::RmsNormForwardArgs args;
     args.x = xc.data_ptr(), args.residual = add ? rc.data_ptr() : nullptr, args.weight = wc.data_ptr<float>();
     args.y = y.data_ptr(), args.h = add ? h.data_ptr() : nullptr, args.rstd = rstd.data_ptr<float>();
+    args.gate = gated ? gc.data_ptr() : nullptr;
     const cuda::RmsNormTypes types = typesOf(xc.scalar_type(), add ? rc.scalar_type() : outType, outType);
     cuda::rmsNormForward(types, shape, args, currentStream(xc.device()));
-    ctx->save_for_backward({add ? h : xc, wc, rstd});
+    ctx->save_for_backward({add ? h : xc, wc, rstd, gc});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["out"] = out;
     ctx->saved_data["residual_type"] = static_cast<int64_t>(add ? rc.scalar_type() : outType);
@@ -71,6 +73,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const torch::Tensor& h = saved[0];
     const torch::Tensor& w = saved[1];
     const torch::Tensor& rstd = saved[2];
+    const torch::Tensor& gate = saved[3];  // undefined without a gate
     const bool add = ctx->saved_data["add"].toBool();
     const auto residualType = static_cast<torch::ScalarType>(ctx->saved_data["residual_type"].toInt());
     const auto yType = static_cast<torch::ScalarType>(ctx->saved_data["out"].toInt());
@@ -83,10 +86,11 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
                                     ? grads[1].to(h.scalar_type()).contiguous()
                                     : torch::Tensor();
     const bool wantX = ctx->needs_input_grad(0), wantR = add && ctx->needs_input_grad(1);
-    const bool wantW = ctx->needs_input_grad(2);
+    const bool wantGate = gate.defined() && ctx->needs_input_grad(2), wantW = ctx->needs_input_grad(3);
     torch::Tensor dx = torch::empty_like(h);  // written always: dresidual's values come with it
     torch::Tensor dr = wantR ? torch::empty(h.sizes(), h.options().dtype(residualType)) : torch::Tensor();
     torch::Tensor dw = wantW ? torch::empty_like(w) : torch::Tensor();
+    torch::Tensor dgate = wantGate ? torch::empty_like(gate) : torch::Tensor();
     torch::Tensor workspace =
         wantW ? torch::empty({int64_t(cuda::rmsNormWorkspaceFloats(shape))}, w.options()) : torch::Tensor();
     cuda::RmsNormBackwardArgs args;
@@ -95,9 +99,11 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     args.dx = dx.data_ptr(), args.dresidual = wantR ? dr.data_ptr() : nullptr;
     args.dweight = wantW ? dw.data_ptr<float>() : nullptr;
     args.workspace = wantW ? workspace.data_ptr<float>() : nullptr;
+    args.gate = gate.defined() ? gate.data_ptr() : nullptr;
+    args.dgate = wantGate ? dgate.data_ptr() : nullptr;
     cuda::rmsNormBackward(typesOf(h.scalar_type(), residualType, yType), shape, args, currentStream(h.device()));
-    // x, residual, weight, then eps and out (no gradient)
-    return {wantX ? dx : torch::Tensor(), dr, dw, torch::Tensor(), torch::Tensor()};
+    // x, residual, gate, weight, then eps and out (no gradient)
+    return {wantX ? dx : torch::Tensor(), dr, dgate, dw, torch::Tensor(), torch::Tensor()};
   }
 };
 #endif
@@ -137,7 +143,7 @@ bool rmsNormSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]] 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out) {
   check(x, torch::Tensor(), weight, out, eps);
 #ifdef LINAC_HAVE_CUDA
-  return RmsNormFunction::apply(x, torch::Tensor(), weight, eps, static_cast<int64_t>(out))[0];
+  return RmsNormFunction::apply(x, torch::Tensor(), torch::Tensor(), weight, eps, static_cast<int64_t>(out))[0];
 #else
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
 #endif
@@ -148,8 +154,28 @@ std::pair<torch::Tensor, torch::Tensor> addRmsNorm(const torch::Tensor& x, const
   checks::expectDefined(kOp, "residual", residual);
   check(x, residual, weight, out, eps);
 #ifdef LINAC_HAVE_CUDA
-  const auto outputs = RmsNormFunction::apply(x, residual, weight, eps, static_cast<int64_t>(out));
+  const auto outputs =
+      RmsNormFunction::apply(x, residual, torch::Tensor(), weight, eps, static_cast<int64_t>(out));
   return {outputs[1], outputs[0]};
+#else
+  throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
+#endif
+}
+
+bool rmsNormGatedSupported(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& weight,
+                           torch::ScalarType out) {
+  return gate.defined() && gate.device() == x.device() && gate.sizes() == x.sizes() &&
+         checks::isKernelDtype(gate.scalar_type()) && rmsNormSupported(x, torch::Tensor(), weight, out);
+}
+
+torch::Tensor rmsNormGated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& gate, double eps,
+                           torch::ScalarType out) {
+  checks::expectDefined(kOp, "gate", gate);
+  check(x, torch::Tensor(), weight, out, eps);
+  if (!rmsNormGatedSupported(x, gate, weight, out))
+    checks::fail(kOp, "gate", "x's shape and device and an fp32 / bf16 / fp16 dtype", checks::describe(gate));
+#ifdef LINAC_HAVE_CUDA
+  return RmsNormFunction::apply(x, torch::Tensor(), gate, weight, eps, static_cast<int64_t>(out))[0];
 #else
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
 #endif

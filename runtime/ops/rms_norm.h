@@ -1,7 +1,7 @@
-// RMSNorm over the last dimension, and the residual add before it, as one op on CUDA: the fused
-// kernels of runtime/kernels/cuda/rms_norm.cu, forward and backward, behind a torch autograd
-// function; y comes out directly in the dtype its consumers read (autocast's, in training). The
-// CPU (and a build without CUDA) composes ATen's rms_norm (model/layers.h).
+// RMSNorm over the last dimension, with the residual add before it or a gate after it, as one op
+// on CUDA: the fused kernels of runtime/kernels/cuda/rms_norm.cu, forward and backward, behind a
+// torch autograd function; y comes out directly in the dtype its consumers read (autocast's, in
+// training). The CPU (and a build without CUDA) composes ATen's rms_norm (model/layers.h).
 #pragma once
 
 #include <torch/types.h>
@@ -27,5 +27,16 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 /// included). Throws std::invalid_argument where rmsNormSupported is false.
 std::pair<torch::Tensor, torch::Tensor> addRmsNorm(const torch::Tensor& x, const torch::Tensor& residual,
                                                    const torch::Tensor& weight, double eps, torch::ScalarType out);
+
+/// Whether rmsNormGated takes these tensors: rmsNormSupported(x, none, weight, out), and a gate of
+/// x's shape on x's device (any kernel dtype: it is read in `out`'s).
+bool rmsNormGatedSupported(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& weight,
+                           torch::ScalarType out);
+
+/// rmsNorm(x, weight) * gate in dtype `out`, one kernel each way (fla's FusedRMSNormGated, with the
+/// gate's activation left to whoever computed the gate). Differentiable with respect to x, weight
+/// and gate. Throws std::invalid_argument where rmsNormGatedSupported is false.
+torch::Tensor rmsNormGated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& gate, double eps,
+                           torch::ScalarType out);
 
 }  // namespace linac::ops

@@ -147,6 +147,7 @@ struct RmsNormForwardArgs {
   void* y = nullptr;               // [rows, dim] types.y
   void* h = nullptr;               // [rows, dim] types.x: x + residual (written exactly when residual is given)
   float* rstd = nullptr;           // [rows] fp32: 1 / sqrt(mean h^2 + eps), kept for the backward
+  const void* gate = nullptr;      // [rows, dim] types.y: y is multiplied by it (fla's gated norm), or null
 };
 
 struct RmsNormBackwardArgs {
@@ -159,17 +160,20 @@ struct RmsNormBackwardArgs {
   void* dresidual = nullptr;     // [rows, dim] types.residual: the same values, or null
   float* dweight = nullptr;      // [dim] fp32 (overwritten), or null when not wanted
   float* workspace = nullptr;    // rmsNormWorkspaceFloats(shape) floats when dweight is wanted
+  const void* gate = nullptr;    // [rows, dim] types.y: the forward's gate, or null
+  void* dgate = nullptr;         // [rows, dim] types.y: dy . h s w, or null (needs gate)
 };
 
 /// Whether rms_norm.cu has a kernel for these element types.
 bool rmsNormSupported(const RmsNormTypes& types);
 
-/// h = x (+ residual), y = h / sqrt(mean h^2 + eps) * w per row (rms_norm.cu), computed in fp32.
+/// h = x (+ residual), y = h / sqrt(mean h^2 + eps) * w (* gate) per row (rms_norm.cu), computed
+/// in fp32.
 void rmsNormForward(const RmsNormTypes& types, const RmsNormShape& shape, const RmsNormForwardArgs& args,
                     cudaStream_t stream);
 
-/// The gradients of rmsNormForward's y (and of h's other uses) with respect to x, the residual and
-/// the weight; dweight summed over rows in a fixed order (deterministic).
+/// The gradients of rmsNormForward's y (and of h's other uses) with respect to x, the residual, the
+/// weight and the gate; dweight summed over rows in a fixed order (deterministic).
 void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const RmsNormBackwardArgs& args,
                      cudaStream_t stream);
 

@@ -3,12 +3,15 @@
 // contiguous).
 //
 // Per row, in fp32 (h = x, or h = round_X(x + r) with a residual r, exactly as the composed
-// `x + r` in x's dtype would give; s = rstd):
-//   s   = 1 / sqrt(mean_j h_j^2 + eps),        y_i = h_i s w_i   (written in Y, h in X),
-//   g_i = dy_i w_i,
+// `x + r` in x's dtype would give; s = rstd; a = the gate, 1 without one):
+//   s   = 1 / sqrt(mean_j h_j^2 + eps),        y_i = h_i s w_i a_i   (written in Y, h in X),
+//   g_i = dy_i a_i w_i,
 //   dh_i = s (g_i - h_i s^2 mean_j(g_j h_j)) + dh_out_i   (dh_out: h's gradient from its other
 //          use, the next residual add), written as dx (X) and, with a residual, as dr (R),
-//   dw_i = sum over rows of dy_i h_i s.
+//   da_i = dy_i h_i s w_i                                 (with a gate, in Y),
+//   dw_i = sum over rows of dy_i a_i h_i s.
+// The gate is fla's FusedRMSNormGated without its activation: a linear layer's output norm times
+// its gate role (whose map, generated from the spec, applied the activation).
 // One read of x (and r) and one write of y (and h) per element forward; one read of dy, h (and
 // dh_out) and one write of dx (and dr) backward, where the composed ops (ATen's rms_norm, the add,
 // autocast's cast of y) make 3-4 passes each way. dw is a second, column-parallel pass: each
@@ -77,8 +80,8 @@ __device__ __forceinline__ void rowInput(const X* xr, const R* rr, int j, float 
 template <typename X, typename R, typename Y, int V>
 __global__ void __launch_bounds__(kThreads)
     rmsNormForwardKernel(const X* __restrict__ x, const R* __restrict__ r, const float* __restrict__ w,
-                         Y* __restrict__ y, X* __restrict__ h, float* __restrict__ rstd, int64_t rows, int D,
-                         float eps) {
+                         const Y* __restrict__ gate, Y* __restrict__ y, X* __restrict__ h,
+                         float* __restrict__ rstd, int64_t rows, int D, float eps) {
   const int lane = threadIdx.x % 32;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += int64_t(gridDim.x) * kWarps) {
@@ -99,26 +102,46 @@ __global__ void __launch_bounds__(kThreads)
       loadF32<float, V>(w + j, wv);
 #pragma unroll
       for (int v = 0; v < V; ++v) hv[v] *= s * wv[v];
+      if (gate) {
+        float av[V];
+        loadF32<Y, V>(gate + base + j, av);
+#pragma unroll
+        for (int v = 0; v < V; ++v) hv[v] *= av[v];
+      }
       storeF32<Y, V>(y + base + j, hv);
     }
     if (lane == 0) rstd[row] = s;
   }
 }
 
-/// dx (and dr) per row from dy, h, w, rstd and h's other gradient dhOut (may be null).
+/// dy a (a = the gate where given) at column j of a row: the gradient reaching h s w.
+template <typename Y, int V>
+__device__ __forceinline__ void gatedGradient(const Y* dyr, const Y* ar, int j, float (&out)[V]) {
+  loadF32<Y, V>(dyr + j, out);
+  if (ar == nullptr) return;
+  float av[V];
+  loadF32<Y, V>(ar + j, av);
+#pragma unroll
+  for (int v = 0; v < V; ++v) out[v] *= av[v];
+}
+
+/// dx (and dr) per row from dy, the gate (may be null), h, w, rstd and h's other gradient dhOut
+/// (may be null); the gate's gradient dgate where asked.
 template <typename X, typename R, typename Y, int V>
 __global__ void __launch_bounds__(kThreads)
-    rmsNormBackwardKernel(const Y* __restrict__ dy, const X* __restrict__ h, const float* __restrict__ w,
-                          const float* __restrict__ rstd, const X* __restrict__ dhOut, X* __restrict__ dx,
-                          R* __restrict__ dr, int64_t rows, int D) {
+    rmsNormBackwardKernel(const Y* __restrict__ dy, const Y* __restrict__ gate, const X* __restrict__ h,
+                          const float* __restrict__ w, const float* __restrict__ rstd,
+                          const X* __restrict__ dhOut, X* __restrict__ dx, R* __restrict__ dr,
+                          Y* __restrict__ dgate, int64_t rows, int D) {
   const int lane = threadIdx.x % 32;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += int64_t(gridDim.x) * kWarps) {
     const int64_t base = row * D;
+    const Y* ar = gate ? gate + base : nullptr;
     float dot = 0.0f;
     for (int j = lane * V; j < D; j += 32 * V) {
       float dyv[V], hv[V], wv[V];
-      loadF32<Y, V>(dy + base + j, dyv);
+      gatedGradient<Y, V>(dy + base, ar, j, dyv);
       loadF32<X, V>(h + base + j, hv);
       loadF32<float, V>(w + j, wv);
 #pragma unroll
@@ -128,9 +151,16 @@ __global__ void __launch_bounds__(kThreads)
     const float c = s * s * warpSum(dot) / float(D);  // s^2 mean(g h)
     for (int j = lane * V; j < D; j += 32 * V) {
       float dyv[V], hv[V], wv[V], out[V];
-      loadF32<Y, V>(dy + base + j, dyv);
+      gatedGradient<Y, V>(dy + base, ar, j, dyv);
       loadF32<X, V>(h + base + j, hv);
       loadF32<float, V>(w + j, wv);
+      if (dgate) {  // da = dy h s w, from dy itself
+        float raw[V], da[V];
+        loadF32<Y, V>(dy + base + j, raw);
+#pragma unroll
+        for (int v = 0; v < V; ++v) da[v] = raw[v] * hv[v] * s * wv[v];
+        storeF32<Y, V>(dgate + base + j, da);
+      }
 #pragma unroll
       for (int v = 0; v < V; ++v) out[v] = s * (dyv[v] * wv[v] - hv[v] * c);
       if (dhOut) {
@@ -145,18 +175,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// partial[slice, i] = sum over the slice's rows of dy_i h_i s (one thread per column).
+/// partial[slice, i] = sum over the slice's rows of dy_i a_i h_i s (a = the gate, 1 without one;
+/// one thread per column).
 template <typename X, typename Y>
 __global__ void __launch_bounds__(kThreads)
-    rmsNormDwPartialKernel(const Y* __restrict__ dy, const X* __restrict__ h, const float* __restrict__ rstd,
-                           float* __restrict__ partial, int64_t rows, int D) {
+    rmsNormDwPartialKernel(const Y* __restrict__ dy, const Y* __restrict__ gate, const X* __restrict__ h,
+                           const float* __restrict__ rstd, float* __restrict__ partial, int64_t rows, int D) {
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= D) return;
   const int64_t first = int64_t(blockIdx.y) * kDwRowsPerSlice;
   const int64_t last = std::min(rows, first + kDwRowsPerSlice);
   float sum = 0.0f;
-  for (int64_t row = first; row < last; ++row)
-    sum += tile::toF32(dy[row * D + i]) * tile::toF32(h[row * D + i]) * rstd[row];
+  for (int64_t row = first; row < last; ++row) {
+    const float g = tile::toF32(dy[row * D + i]) * (gate ? tile::toF32(gate[row * D + i]) : 1.0f);
+    sum += g * tile::toF32(h[row * D + i]) * rstd[row];
+  }
   partial[int64_t(blockIdx.y) * D + i] = sum;
 }
 
@@ -219,16 +252,17 @@ void rmsNormForward(const RmsNormTypes& types, const RmsNormShape& shape, const 
     const auto* r = static_cast<const R*>(args.residual);
     auto* y = static_cast<Y*>(args.y);
     auto* h = static_cast<X*>(args.h);
+    const auto* gate = static_cast<const Y*>(args.gate);
     const bool vector = shape.dim % kVector == 0 &&
                         pointwise::aligned({x, h}, sizeof(X) * kVector) && pointwise::aligned({r}, sizeof(R) * kVector) &&
-                        pointwise::aligned({y}, sizeof(Y) * kVector) &&
+                        pointwise::aligned({y, gate}, sizeof(Y) * kVector) &&
                         pointwise::aligned({args.weight}, sizeof(float) * kVector);
     const unsigned grid = rowGrid(shape.rows);
     if (vector)
-      rmsNormForwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(x, r, args.weight, y, h, args.rstd,
-                                                                            shape.rows, shape.dim, shape.eps);
+      rmsNormForwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(
+          x, r, args.weight, gate, y, h, args.rstd, shape.rows, shape.dim, shape.eps);
     else
-      rmsNormForwardKernel<X, R, Y, 1><<<grid, kThreads, 0, stream>>>(x, r, args.weight, y, h, args.rstd,
+      rmsNormForwardKernel<X, R, Y, 1><<<grid, kThreads, 0, stream>>>(x, r, args.weight, gate, y, h, args.rstd,
                                                                       shape.rows, shape.dim, shape.eps);
     LINAC_CUDA_CHECK_LAUNCH("rmsNormForwardKernel");
   });
@@ -240,6 +274,7 @@ void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const
   if (shape.rows == 0) return;
   LINAC_REQUIRE(args.dy && args.h && args.weight && args.rstd && args.dx, "rmsNormBackward: null dy, h, weight, rstd or dx");
   LINAC_REQUIRE(!args.dweight || args.workspace, "rmsNormBackward: dweight needs the workspace");
+  LINAC_REQUIRE(!args.dgate || args.gate, "rmsNormBackward: dgate needs the gate");
   withTypes(types, [&](auto xZero, auto rZero, auto yZero) {
     using X = decltype(xZero);
     using R = decltype(rZero);
@@ -249,23 +284,26 @@ void rmsNormBackward(const RmsNormTypes& types, const RmsNormShape& shape, const
     const auto* dhOut = static_cast<const X*>(args.dhOut);
     auto* dx = static_cast<X*>(args.dx);
     auto* dr = static_cast<R*>(args.dresidual);
+    const auto* gate = static_cast<const Y*>(args.gate);
+    auto* dgate = static_cast<Y*>(args.dgate);
     const bool vector = shape.dim % kVector == 0 &&
                         pointwise::aligned({h, dhOut, dx}, sizeof(X) * kVector) &&
-                        pointwise::aligned({dr}, sizeof(R) * kVector) && pointwise::aligned({dy}, sizeof(Y) * kVector) &&
+                        pointwise::aligned({dr}, sizeof(R) * kVector) &&
+                        pointwise::aligned({dy, gate, dgate}, sizeof(Y) * kVector) &&
                         pointwise::aligned({args.weight}, sizeof(float) * kVector);
     const unsigned grid = rowGrid(shape.rows);
     if (vector)
-      rmsNormBackwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(dy, h, args.weight, args.rstd, dhOut, dx,
-                                                                             dr, shape.rows, shape.dim);
+      rmsNormBackwardKernel<X, R, Y, kVector><<<grid, kThreads, 0, stream>>>(
+          dy, gate, h, args.weight, args.rstd, dhOut, dx, dr, dgate, shape.rows, shape.dim);
     else
-      rmsNormBackwardKernel<X, R, Y, 1><<<grid, kThreads, 0, stream>>>(dy, h, args.weight, args.rstd, dhOut, dx, dr,
-                                                                       shape.rows, shape.dim);
+      rmsNormBackwardKernel<X, R, Y, 1><<<grid, kThreads, 0, stream>>>(dy, gate, h, args.weight, args.rstd, dhOut,
+                                                                       dx, dr, dgate, shape.rows, shape.dim);
     LINAC_CUDA_CHECK_LAUNCH("rmsNormBackwardKernel");
     if (!args.dweight) return;
     const unsigned columns = static_cast<unsigned>((shape.dim + kThreads - 1) / kThreads);
     const int64_t slices = dwSlices(shape.rows);
     rmsNormDwPartialKernel<X, Y><<<dim3(columns, static_cast<unsigned>(slices)), kThreads, 0, stream>>>(
-        dy, h, args.rstd, args.workspace, shape.rows, shape.dim);
+        dy, gate, h, args.rstd, args.workspace, shape.rows, shape.dim);
     LINAC_CUDA_CHECK_LAUNCH("rmsNormDwPartialKernel");
     rmsNormDwReduceKernel<<<columns, kThreads, 0, stream>>>(args.workspace, args.dweight, slices, shape.dim);
     LINAC_CUDA_CHECK_LAUNCH("rmsNormDwReduceKernel");

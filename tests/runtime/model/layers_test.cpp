@@ -220,6 +220,15 @@ TEST(Layers, BlockNormsOnTheCpuCompose) {
   EXPECT_EQ(addBlockNorm(x, r, w).first.scalar_type(), torch::kFloat32);  // the residual stream stays fp32
 }
 
+// Off CUDA the gated output norm composes: rmsNorm(o, w) * gate (the fused op refuses CPU tensors).
+TEST(Layers, GatedRmsNormOnTheCpuComposes) {
+  torch::manual_seed(53);
+  torch::Tensor o = torch::randn({2, 5, 3, 16}), w = 1.0 + 0.1 * torch::randn({16}), a = torch::rand({2, 5, 3, 16});
+  EXPECT_FALSE(ops::rmsNormGatedSupported(o, a, w, torch::kFloat32));
+  EXPECT_THROW(ops::rmsNormGated(o, w, a, kNormEps, torch::kFloat32), std::invalid_argument);
+  EXPECT_LE(maxError(gatedRmsNorm(o, w, a), rmsNorm(o, w) * a), 0.0);
+}
+
 // The CPU has no fused L2 norm: the op refuses CPU tensors, and l2Normalize composes torch ops
 // there (x * rsqrt(sum x^2 + eps), fla's l2norm).
 TEST(Layers, L2NormalizeOnTheCpuIsTheComposedFormula) {
@@ -449,6 +458,58 @@ TEST_F(LayersCuda, RmsNormFusedMatchesTheComposedFormula) {
       }
     }
   }
+}
+
+// The output norm with its gate (fla's FusedRMSNormGated): y = rmsNorm(x) w a against float64,
+// and the gradients of <y, p> with respect to x, w and the gate a, for the element types of a
+// mixer's output (x and a in the kernel dtype, y in it or in autocast's), dims on the vector path
+// (512, 64) and off it (130, 7); the weight's gradient deterministic.
+TEST_F(LayersCuda, GatedRmsNormMatchesTheComposedFormula) {
+  torch::manual_seed(47);
+  struct Types {
+    torch::Dtype x, out;
+    double tolerance;  // rel-RMS: roundings of y, the gate and the gradients in their dtypes
+  };
+  const Types combos[] = {{torch::kFloat32, torch::kFloat32, 1e-6}, {torch::kBFloat16, torch::kBFloat16, 8e-3},
+                          {torch::kHalf, torch::kHalf, 1e-3}};
+  auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const Types& t : combos) {
+    for (int64_t D : {512, 64, 130, 7}) {
+      // [B, T, H, D] = [2, 150, 3, D]: 900 rows
+      const torch::Tensor x0 = torch::randn({2, 150, 3, D}, opts), a0 = torch::sigmoid(torch::randn({2, 150, 3, D}, opts));
+      const torch::Tensor w0 = 1.0 + 0.1 * torch::randn({D}, opts), p = torch::randn({2, 150, 3, D}, opts);
+      auto run = [&](bool reference) {
+        auto leaf = [&](const torch::Tensor& t0, torch::Dtype dtype) {
+          const torch::Tensor v = t0.to(dtype);
+          return (reference ? v.to(torch::kFloat64) : v).detach().requires_grad_(true);
+        };
+        torch::Tensor x = leaf(x0, t.x), a = leaf(a0, t.out), w = leaf(w0, torch::kFloat32);
+        torch::Tensor y = reference ? x * torch::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w * a
+                                    : ops::rmsNormGated(x, w, a, kNormEps, t.out);
+        (y.to(torch::kFloat64) * p.to(torch::kFloat64)).sum().backward();
+        return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), a.grad()};
+      };
+      const auto ours = run(false), reference = run(true);
+      const char* names[] = {"y", "d x", "d weight", "d gate"};
+      for (size_t i = 0; i < ours.size(); ++i) {
+        ASSERT_TRUE(ours[i].defined()) << names[i];
+        EXPECT_LE(relRms(ours[i], reference[i]), t.tolerance) << names[i] << ", D " << D << ", x " << t.x;
+      }
+      EXPECT_EQ(ours[0].scalar_type(), t.out);
+      EXPECT_EQ(ours[3].scalar_type(), t.out);
+      EXPECT_TRUE(torch::equal(ours[2], run(false)[2])) << "d weight not deterministic, D " << D;
+    }
+  }
+  // a gate the kernel cannot take (another shape) is refused, and gatedRmsNorm composes instead
+  torch::Tensor x = torch::randn({2, 8, 3, 64}, opts), w = torch::ones({64}, opts), a = torch::rand({2, 8, 3, 1}, opts);
+  EXPECT_FALSE(ops::rmsNormGatedSupported(x, a, w, torch::kFloat32));
+  EXPECT_LE(maxError(gatedRmsNorm(x, w, a), rmsNorm(x, w) * a), 0.0);
+  // under autocast the fused path hands the output projection bf16
+  torch::Tensor xb = x.to(torch::kBFloat16), ab = torch::rand({2, 8, 3, 64}, opts).to(torch::kBFloat16);
+  AutocastScope autocast(torch::kCUDA, torch::kBFloat16);
+  torch::Tensor y = gatedRmsNorm(xb, w, ab);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_LE(relRms(y, rmsNorm(xb, w) * ab), 8e-3);
 }
 
 // Under CUDA autocast a block's norm hands the projections bf16 directly (the fused kernel), the
