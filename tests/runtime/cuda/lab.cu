@@ -9,6 +9,7 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--hopper-wide]
+//                       [--hopper-wide-bwd]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -20,6 +21,9 @@
 //                 (LINAC_HOPPER_BLOCK_INVERSE=1); the forward timings show it beside the default
 //   --hopper-wide forces the Hopper stages for key dim 256 and value dims above 256
 //                 (LINAC_HOPPER_WIDE=1, the default; the dk 256 cases, the fwd-only wide-head cases)
+//   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
+//                 (LINAC_HOPPER_WIDE_BWD=1, opt-in: the dk 256 x dv 512 backward cases, and the
+//                 'GDN 340m heads' backward timing's 'hopper bwd' column)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -734,7 +738,7 @@ void bench() {
 
 
 void benchBackward() {
-  const int B = 8, T = 4096, H = 8, D = 128;
+  const int B = 8, T = 4096, H = 8, D = 128;  // the rows' shape; the last row has its own
   // decayLearned: whether training asks for dg (RetNet's decay is a constant per head, so its
   // fwd+bwd column, the one compared with fla, runs without dg as training does).
   struct Row { const char* name; RecurrenceKind kind; double anchor; bool decayLearned; };
@@ -753,24 +757,23 @@ void benchBackward() {
   std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
               " wgmma backward where it applies)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
-  for (const auto& r : rows) {
-    if (!benchRow(r.name)) continue;
-    Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, D, D, B, 1.0, -1e30, false);
+  auto timeRow = [&](const Row& r, int B, int T, int H, int DK, int DV) {
+    Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, DK, DV, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
-    std::vector<float> dof(tok * D);
+    std::vector<float> dof(tok * DV);
     for (auto& x : dof) x = float(normal());
     auto dob = encode(dof, DType::BF16);
     DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
     DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
         u(in.u.data(), in.u.size() * 4), dO(dob.data(), dob.size());
-    DevBuf o(tok * D * 2), dq(tok * D * 2), dk(tok * D * 2), dv(tok * D * 2),
+    DevBuf o(tok * DV * 2), dq(tok * DK * 2), dk(tok * DK * 2), dv(tok * DV * 2),
         dg(in.g.size() * 4), db(in.beta.size() * 4);
     RecurrenceShape shape;
-    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = D; shape.value_dim = D;
+    shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = DK; shape.value_dim = DV;
     shape.num_seqs = B;
     RecurrenceForwardArgs a;
     a.q = q.p; a.k = k.p; a.v = v.p; a.g = g.as<float>(); a.beta = beta.as<float>(); a.u = u.as<float>();
-    a.scale = float(1.0 / std::sqrt(double(D))); a.o = o.p;
+    a.scale = float(1.0 / std::sqrt(double(DK))); a.o = o.p;
     RecurrenceBackwardArgs ba;
     ba.fwd = a; ba.d_o = dO.p; ba.d_q = dq.p; ba.d_k = dk.p; ba.d_v = dv.p;
     ba.d_g = in.g.empty() ? nullptr : dg.as<float>();
@@ -798,7 +801,13 @@ void benchBackward() {
       std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, hms, nodg_ms, ms, r.anchor, ms / r.anchor);
     else
       std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10s %8s\n", r.name, bms, hms, nodg_ms, ms, "-", "-");
-  }
+  };
+  for (const auto& r : rows)
+    if (benchRow(r.name)) timeRow(r, B, T, H, D, D);
+  // Gated DeltaNet's heads at the 340m preset, B4 T4096 H4 dk 256 dv 512 (its Hopper backward with
+  // --hopper-wide-bwd, else the mma.sync kernels in both columns)
+  const Row gdn340m{"GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true};
+  if (benchRow(gdn340m.name)) timeRow(gdn340m, 4, 4096, 4, 256, 512);
 }
 }  // namespace
 
@@ -814,6 +823,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -962,6 +972,17 @@ int main(int argc, char** argv) {
             Case c{dn, dt, 2, 90, 2, 64, 128, {}};
             c.all_grads = false; runBwdCase(c);
           }
+        // the delta rule at Gated DeltaNet's 340m heads (dk 256, dv 512: the Hopper backward with
+        // --hopper-wide-bwd, else the mma.sync kernels): varlen with lengths 1, 63, 65, 71, 100;
+        // fp16 without h0 / d_ht; strong gates; null d_q and d_g
+        for (auto de : {DecayClass::None, DecayClass::Scalar}) {
+          const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};
+          runBwdCase({dn, DType::BF16, 1, 300, 1, 256, 512, {0, 1, 64, 129, 200, 300}});
+          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, false});
+          Case c{dn, DType::BF16, 2, 130, 1, 256, 512, {}};
+          c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+          c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
+        }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});
           runScanBwdCase(dt, 1, 300, 64, {0, 5, 100, 300});

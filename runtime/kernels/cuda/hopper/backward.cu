@@ -1,6 +1,8 @@
 // The Hopper backward's entry points: which calls it takes, and the dispatch over element type,
-// dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule) and
-// backward_delta_<dtype>.cu (delta rule).
+// dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
+// backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
+// dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads, opt-in with LINAC_HOPPER_WIDE_BWD=1 until
+// it has run on an H200).
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
@@ -56,7 +58,8 @@ template <class T>
 void runDeltaDims(DecayClass decay, const RecurrenceShape& s, const DeltaBackwardParams& p,
                   int64_t tokens, int64_t slots, cudaStream_t stream) {
   const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (k64 && v64) runDeltaDecay<T, 64, 64>(decay, p, tokens, slots, stream);
+  if (s.key_dim == 256) runDeltaDecay<T, 256, 512>(decay, p, tokens, slots, stream);
+  else if (k64 && v64) runDeltaDecay<T, 64, 64>(decay, p, tokens, slots, stream);
   else if (k64) runDeltaDecay<T, 64, 128>(decay, p, tokens, slots, stream);
   else if (v64) runDeltaDecay<T, 128, 64>(decay, p, tokens, slots, stream);
   else runDeltaDecay<T, 128, 128>(decay, p, tokens, slots, stream);
@@ -95,6 +98,12 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
 }
 
+/// The delta rule's wide heads (dk 256, dv 512), while they are opt-in.
+bool wideDeltaBackwardEnabled() {
+  const char* env = std::getenv("LINAC_HOPPER_WIDE_BWD");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
@@ -115,8 +124,10 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
     return false;
   }
   if (kind.decay == DecayClass::Fixed && a.d_g != nullptr) return false;  // a per-head total
-  if ((s.key_dim != 64 && s.key_dim != 128) || (s.value_dim != 64 && s.value_dim != 128))
-    return false;
+  const bool narrow = (s.key_dim == 64 || s.key_dim == 128) && (s.value_dim == 64 || s.value_dim == 128);
+  const bool wideDelta = kind.update == UpdateRule::Delta && s.key_dim == 256 && s.value_dim == 512 &&
+                         wideDeltaBackwardEnabled();
+  if (!narrow && !wideDelta) return false;
   RecurrenceKind forwardKind = kind;  // the same device and build checks as the forward
   return forwardSupported(forwardKind, dtype, s);
 }

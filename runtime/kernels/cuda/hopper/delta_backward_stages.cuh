@@ -3,7 +3,7 @@
 //   1 deltaBwdPrepareKernel       grid (slots, H), 1 warpgroup:  X, W, U, dD_local
 //   2 deltaBwdForwardStateKernel  grid (dv / BV, H, N), 1 wg:    S_c, D (over U)
 //   3 deltaBwdReverseStateKernel  grid (dv / BV, H, N), 1 wg:    dS_{c+1}, dD (over dD_local), d_h0
-//   4 deltaBwdGradKernel          grid (slots, H), 3 wg:         dq, dk part, dW, db part, Z
+//   4 deltaBwdGradKernel          grid (slots, H, key blocks), 3 wg:  dq, dk part, dW, db part, Z
 //   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
 // The workspace (delta_bwd_params.h) is one cudaMallocAsync block, freed in stream order.
 #pragma once
@@ -19,6 +19,7 @@ namespace linac::kernels::cuda::hopper {
 
 constexpr int kDeltaStateValueBlock = 32;  // value columns per CTA of the state passes
 constexpr size_t kWorkspaceAlign = 256;     // bytes; every workspace array starts aligned
+constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // sm_90's opt-in dynamic shared memory per block
 
 template <class Kernel>
 void setDeltaBwdSmem(Kernel kernel, size_t bytes) {
@@ -48,8 +49,9 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   const size_t oDS = carve(size_t(slots) * p.heads * DK * DV * sizeof(float));
   const size_t oDK = carve(rows * DK * sizeof(float));
   const size_t oDW = carve(rows * DK * sizeof(T));
-  const size_t oDB = wantDg ? carve(rows * sizeof(float)) : 0;
-  const size_t oZ = wantDg ? carve(size_t(slots) * p.heads * sizeof(float)) : 0;
+  constexpr int kKeyBlocks = deltaGradKeyBlocks<DK>();  // stage 4's parts of db and Z
+  const size_t oDB = wantDg ? carve(rows * kKeyBlocks * sizeof(float)) : 0;
+  const size_t oZ = wantDg ? carve(size_t(slots) * p.heads * kKeyBlocks * sizeof(float)) : 0;
   uint8_t* ws = nullptr;
   LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream));
   p.x = reinterpret_cast<float*>(ws + oX);
@@ -65,10 +67,12 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   if (!wantDg) p.dg = nullptr;
 
   const dim3 chunkGrid(unsigned(slots), p.heads);
+  const dim3 gradGrid(unsigned(slots), p.heads, kKeyBlocks);
   const dim3 stateGrid(DV / BV, p.heads, p.num_seqs);
   if (slots > 0) {
     auto kernel = deltaBwdPrepareKernel<T, DK, DV, Decay>;
     constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
+    static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
     kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdPrepareKernel");
@@ -76,6 +80,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   {
     auto kernel = deltaBwdForwardStateKernel<T, DK, BV, Decay>;
     constexpr size_t bytes = DeltaBwdForwardStateTiles<T, DK, BV>::kSmemBytes;
+    static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
     kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
@@ -83,6 +88,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
     auto kernel = deltaBwdReverseStateKernel<T, DK, BV, Decay>;
     constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
+    static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
     kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
@@ -90,11 +96,13 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   if (slots > 0) {
     auto grad = deltaBwdGradKernel<T, DK, Decay>;
     constexpr size_t gradBytes = DeltaBwdGradTiles<T, DK>::kSmemBytes;
+    static_assert(gradBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(grad, gradBytes);
-    grad<<<chunkGrid, kDeltaGradThreads, gradBytes, stream>>>(p);
+    grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdGradKernel");
     auto wy = deltaBwdWyKernel<T, DK, DV, Decay>;
     constexpr size_t wyBytes = DeltaBwdWyTiles<T, DK, DV>::kSmemBytes;
+    static_assert(wyBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(wy, wyBytes);
     wy<<<chunkGrid, kDeltaWyThreads, wyBytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdWyKernel");

@@ -15,6 +15,11 @@
 // The value blocks are pipelined: block j + 1's dO and S_c (double-buffered tiles) and its fp32
 // dS_{c+1}, D and dD (a staging buffer, split into the tiles in shared memory) are copied by
 // cp.async while block j's products run.
+// Key dims above 128 run in key blocks of 128 columns (grid z): each accumulator is [C, KB] fp32,
+// 64 registers a thread at KB = 128 where dk 256 would take 128 (the CTA's cap is 168). A key block
+// reads q, k, S_c and dS_{c+1} in its columns / rows only and recomputes dA' (a C x C product, the
+// same in every block; only warpgroup 0 of each block uses it). The dg parts (row dots, <S_c,
+// dS_{c+1}>) are sums over d, so each key block writes its own part and stage 5 adds them in order.
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -24,23 +29,30 @@ namespace linac::kernels::cuda::hopper {
 
 constexpr int kDeltaGradThreads = 3 * kWarpgroupThreads;
 
+/// Key columns per CTA of the gradient stage, and how many key blocks make dk.
+template <int DK>
+constexpr int deltaGradKeyBlock() { return DK < 128 ? DK : 128; }
+template <int DK>
+constexpr int deltaGradKeyBlocks() { return DK / deltaGradKeyBlock<DK>(); }
+
 template <class T, int DK>
 struct DeltaBwdGradTiles {
   static constexpr int C = kChunk;
   static constexpr int VB = 64;             // value columns per block of the loop
-  using Qk = RowTile<T, C, DK>;             // q, k: [t, d]
-  using QkT = Transposed<Qk, C, DK>;        // (d, t)
+  static constexpr int KB = deltaGradKeyBlock<DK>();  // key columns of this CTA
+  using Qk = RowTile<T, C, KB>;             // q, k: [t, d]
+  using QkT = Transposed<Qk, C, KB>;        // (d, t)
   using Tv = RowTile<T, C, VB>;             // D (hi, lo), dD: [t, v]
   using Tv2 = RowTile<T, C, VB, 2>;         // d_o, two value blocks
-  using Sv = RowTile<T, DK, VB>;            // dS_{c+1} (hi, lo): [d, v]
-  using Sv2 = RowTile<T, DK, VB, 2>;        // S_c, two value blocks
+  using Sv = RowTile<T, KB, VB>;            // dS_{c+1} (hi, lo): [d, v]
+  using Sv2 = RowTile<T, KB, VB, 2>;        // S_c, two value blocks
   using Sq = RowTile<T, C, C>;              // dA': [t, s]
   using SqT = Transposed<Sq, C, C>;         // (s, t)
 
   using MmaOD = WarpgroupMma<T, C, C, VB, GMMA::Major::K, GMMA::Major::K>;     // dO D^T
-  using MmaXS = WarpgroupMma<T, C, DK, VB, GMMA::Major::K, GMMA::Major::K>;    // dO S^T, D dS^T, dD S^T
-  using MmaAK = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // dA' K
-  using MmaAtQ = WarpgroupMma<T, C, DK, C, GMMA::Major::MN, GMMA::Major::MN>;  // dA'^T Q
+  using MmaXS = WarpgroupMma<T, C, KB, VB, GMMA::Major::K, GMMA::Major::K>;    // dO S^T, D dS^T, dD S^T
+  using MmaAK = WarpgroupMma<T, C, KB, C, GMMA::Major::K, GMMA::Major::MN>;    // dA' K
+  using MmaAtQ = WarpgroupMma<T, C, KB, C, GMMA::Major::MN, GMMA::Major::MN>;  // dA'^T Q
 
   struct Smem {
     alignas(1024) T q[cosize_v<Qk>];
@@ -53,7 +65,7 @@ struct DeltaBwdGradTiles {
     alignas(1024) T dsHi[cosize_v<Sv>];
     alignas(1024) T dsLo[cosize_v<Sv>];
     alignas(1024) T da[cosize_v<Sq>];
-    alignas(16) float stageDs[DK * VB];  // the next value block's fp32 dS_{c+1}, D, dD
+    alignas(16) float stageDs[KB * VB];  // the next value block's fp32 dS_{c+1}, D, dD
     alignas(16) float stageD[C * VB];
     alignas(16) float stageDd[C * VB];
     float g[C];
@@ -71,7 +83,8 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   using Tiles = DeltaBwdGradTiles<T, DK>;
   using MmaXS = typename Tiles::MmaXS;
   using MmaOD = typename Tiles::MmaOD;
-  constexpr int C = Tiles::C, VB = Tiles::VB, kThreads = kDeltaGradThreads;
+  constexpr int C = Tiles::C, VB = Tiles::VB, KB = Tiles::KB, kThreads = kDeltaGradThreads;
+  constexpr int kKeyBlocks = deltaGradKeyBlocks<DK>();
   extern __shared__ __align__(16) uint8_t smemRaw[];
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
@@ -79,12 +92,13 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   int64_t bos, len, chunk, coff;
   if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
-  const int h = blockIdx.y, H = p.heads, DV = p.value_dim;
+  const int h = blockIdx.y, H = p.heads, DV = p.value_dim, kb = blockIdx.z;
   const int64_t tok0 = bos + chunk * C;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
   const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
-  const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
-  const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV;
+  // this key block's columns of q, k, dq, dk, dW and rows of S_c, dS_{c+1}
+  const int64_t offK = tok0 * rowK + int64_t(h) * DK + kb * KB, offV = tok0 * rowV + int64_t(h) * DV;
+  const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV + int64_t(kb) * KB * DV;
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dbpart != nullptr;
 
   const auto tQ = smemTile(sm.q, typename Tiles::Qk{});
@@ -105,21 +119,21 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   auto stageBlock = [&](int v0) {
     const int ltid = threadIndexHere(), buf = (v0 / VB) & 1;
     loadTile<false, C, VB, kThreads>(tO, buf, static_cast<const T*>(p.d_o) + offV + v0, rowV, rows);
-    loadTile<false, DK, VB, kThreads>(tS, buf, static_cast<const T*>(p.states) + slot + v0, DV, DK);
-    stageRowsAsync<DK, VB, VB, kThreads>(sm.stageDs, p.dstates + slot + v0, DV, DK, ltid);
+    loadTile<false, KB, VB, kThreads>(tS, buf, static_cast<const T*>(p.states) + slot + v0, DV, KB);
+    stageRowsAsync<KB, VB, VB, kThreads>(sm.stageDs, p.dstates + slot + v0, DV, KB, ltid);
     stageRowsAsync<C, VB, VB, kThreads>(sm.stageD, p.ud + offV + v0, rowV, rows, ltid);
     stageRowsAsync<C, VB, VB, kThreads>(sm.stageDd, p.dd + offV + v0, rowV, rows, ltid);
   };
-  loadTile<false, C, DK, kThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
-  loadTile<false, C, DK, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+  loadTile<false, C, KB, kThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
+  loadTile<false, C, KB, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
   stageBlock(0);
   copyCommit();
 
   MmaXS mmaXS;
   auto thrXS = mmaXS.get_thread_slice(wtid);
-  Tensor accX = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});  // dq (0), dk (1), -dW (2)
-  const auto cX = accCoords<C, DK>(mmaXS);
+  Tensor accX = partition_fragment_C(mmaXS, Shape<Int<C>, Int<KB>>{});  // dq (0), dk (1), -dW (2)
+  const auto cX = accCoords<C, KB>(mmaXS);
   MmaOD mmaOD;
   Tensor accA = partition_fragment_C(mmaOD, Shape<Int<C>, Int<C>>{});   // dO D^T (0)
   // Operand descriptors are made where they are used (inside each warpgroup's branch), so none is
@@ -136,7 +150,7 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
     __syncthreads();  // this block's copies landed; every product of the previous block done
     {
       const int ltid = threadIndexHere();
-      splitStagedRows<DK, VB, VB, kThreads, true>(tDSHi, tDSLo, sm.stageDs, ltid);
+      splitStagedRows<KB, VB, VB, kThreads, true>(tDSHi, tDSLo, sm.stageDs, ltid);
       splitStagedRows<C, VB, VB, kThreads, true>(tDHi, tDLo, sm.stageD, ltid);
       splitStagedRows<C, VB, VB, kThreads, false>(tDd, tDd, sm.stageDd, ltid);
     }
@@ -168,7 +182,7 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
       gemm<false>(mmaXS, fragA(tDd), thrXS.partition_fragment_B(tS.tensor()(_, _, buf)), accX);
       commitAndWait(accX);
       if (wantDg) {  // <S_c, dS_{c+1}> over this block, 16-byte vectors of the three tiles
-        for (int idx = wtid; idx < DK * VB / 8; idx += kWarpgroupThreads) {
+        for (int idx = wtid; idx < KB * VB / 8; idx += kWarpgroupThreads) {
           const int d = idx / (VB / 8), v = (idx % (VB / 8)) * 8;
           const uint4 a = lds128(tS.at(d, v, buf)), bh = lds128(tDSHi.at(d, v)), bl = lds128(tDSLo.at(d, v));
           const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
@@ -265,7 +279,8 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   }
   if (!wantDg) return;
   __syncthreads();  // row dots, <S_c, dS_{c+1}>
-  if (tid < C && tid < rows) p.dbpart[(tok0 + tid) * H + h] = sm.rowQ[tid] - sm.rowK[tid];
+  // this key block's parts: dbpart [B, T, H, key blocks], zpart [slots, H, key blocks]
+  if (tid < C && tid < rows) p.dbpart[((tok0 + tid) * H + h) * kKeyBlocks + kb] = sm.rowQ[tid] - sm.rowK[tid];
   if (tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
     float kd = sm.rowKd[tid] + sm.rowKd[tid + 32];
     CUTE_UNROLL
@@ -273,7 +288,7 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
     if (tid == 0) {
       float z = 0.f;
       for (int w = 0; w < kWarpgroupThreads / 32; ++w) z += sm.dot[w];
-      p.zpart[int64_t(blockIdx.x) * H + h] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
+      p.zpart[(int64_t(blockIdx.x) * H + h) * kKeyBlocks + kb] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
     }
   }
 }

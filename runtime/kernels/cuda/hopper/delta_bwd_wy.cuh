@@ -14,9 +14,15 @@
 // Every global input arrives by cp.async with all copies in flight at once (dD and X through an
 // fp32 staging buffer, then split in shared memory); stage 4's dk part is copied into that buffer
 // while phases 1-3 run, so phase 4 reads it from shared memory.
+// Value dims above 128 stream through in blocks of VB = 64 columns (dv 512 whole would take 256
+// accumulator registers a thread and ~400 KB of tiles): block j + 1's dD and V are copied while
+// block j's products run (dD V^T accumulates over the blocks, dv is written per block). Key dims
+// above 128 read the dk part in column blocks of 128 through the same staging buffer. At dk, dv
+// <= 128 both loops run once over the whole extent.
 #pragma once
 
 #include "delta_bwd_common.cuh"
+#include "delta_bwd_grad.cuh"
 #include "delta_bwd_params.h"
 
 namespace linac::kernels::cuda::hopper {
@@ -26,31 +32,37 @@ constexpr int kDeltaWyThreads = 2 * kWarpgroupThreads;
 template <class T, int DK, int DV>
 struct DeltaBwdWyTiles {
   static constexpr int C = kChunk;
+  static constexpr int VB = DV <= 128 ? DV : 64;        // value columns per block of the loop
+  static constexpr int kValueBlocks = DV / VB;
+  static constexpr int kVStages = kValueBlocks > 1 ? 2 : 1;  // v tiles: this block and the next
+  static constexpr int KS = DK <= 128 ? DK : 128;       // dk part columns staged at once
+  static constexpr int kKeyBlocks = DK / KS;
   using Kw = RowTile<T, C, DK>;             // k, dW: [t, d]
   using KwT = Transposed<Kw, C, DK>;        // (d, t)
-  using Vt = RowTile<T, C, DV>;             // v, dD (hi, lo): [t, v]
-  using VtT = Transposed<Vt, C, DV>;        // (v, t)
+  using Vb = RowTile<T, C, VB>;             // dD (hi, lo) of a value block: [t, v]
+  using VbT = Transposed<Vb, C, VB>;        // (v, t)
+  using Vs = RowTile<T, C, VB, kVStages>;   // v of a value block: [t, v]
   using Sq = RowTile<T, C, C>;              // Tm (hi, lo), X, dTm, Y, dM: [t, s]
   using SqT = Transposed<Sq, C, C>;         // (s, t)
 
   using MmaKK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;     // K K^T, dW K^T
-  using MmaVV = WarpgroupMma<T, C, C, DV, GMMA::Major::K, GMMA::Major::K>;     // dD V^T
+  using MmaVV = WarpgroupMma<T, C, C, VB, GMMA::Major::K, GMMA::Major::K>;     // dD V^T
   using MmaSq = WarpgroupMma<T, C, C, C, GMMA::Major::K, GMMA::Major::K>;      // dTm Tm^T
   using MmaSqT = WarpgroupMma<T, C, C, C, GMMA::Major::MN, GMMA::Major::MN>;   // X^T Y
-  using MmaTD = WarpgroupMma<T, C, DV, C, GMMA::Major::MN, GMMA::Major::MN>;   // Tm^T dD
+  using MmaTD = WarpgroupMma<T, C, VB, C, GMMA::Major::MN, GMMA::Major::MN>;   // Tm^T dD
   using MmaTW = WarpgroupMma<T, C, DK, C, GMMA::Major::MN, GMMA::Major::MN>;   // Tm^T dW, dM^T K
   using MmaMK = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;    // dM K
 
   static constexpr int kLd = C + 4;  // fp32 [C, C] rows in shared memory
-  // fp32 [C, DV] staging rows (dD, then the dk part; DK <= DV): 8 floats of padding put the rows a
-  // quad reads in phase 4 (8 bytes a lane, 4 rows a half-warp) on distinct banks.
-  static constexpr int kLdStage = (DK > DV ? DK : DV) + 8;
+  // fp32 staging rows (a value block of dD, then a key block of the dk part): 8 floats of padding
+  // put the rows a quad reads in phase 4 (8 bytes a lane, 4 rows a half-warp) on distinct banks.
+  static constexpr int kLdStage = (KS > VB ? KS : VB) + 8;
   struct Smem {
     alignas(1024) T k[cosize_v<Kw>];
     alignas(1024) T dw[cosize_v<Kw>];
-    alignas(1024) T v[cosize_v<Vt>];
-    alignas(1024) T ddHi[cosize_v<Vt>];
-    alignas(1024) T ddLo[cosize_v<Vt>];
+    alignas(1024) T v[cosize_v<Vs>];
+    alignas(1024) T ddHi[cosize_v<Vb>];
+    alignas(1024) T ddLo[cosize_v<Vb>];
     alignas(1024) T tmHi[cosize_v<Sq>];
     alignas(1024) T tmLo[cosize_v<Sq>];
     alignas(1024) T x[cosize_v<Sq>];
@@ -59,7 +71,7 @@ struct DeltaBwdWyTiles {
     alignas(1024) T dm[cosize_v<Sq>];
     alignas(16) float xf[C * kLd];   // X in fp32
     alignas(16) float scr[C * kLd];  // dTm . X, then E
-    alignas(16) float stage[C * kLdStage];  // dD, then stage 4's dk part
+    alignas(16) float stage[C * kLdStage];  // a value block of dD, then a key block of the dk part
     DeltaChunkScalars cs;
     float dbeta[C];  // sum_t dTm_ts X_ts (columns)
     float dlg[C];    // sum_s dL_ts G_ts (rows)
@@ -72,6 +84,7 @@ template <class T, int DK, int DV, class Decay>
 __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const DeltaBackwardParams p) {
   using Tiles = DeltaBwdWyTiles<T, DK, DV>;
   constexpr int C = Tiles::C, kThreads = kDeltaWyThreads, kLd = Tiles::kLd;
+  constexpr int kGradKeyBlocks = deltaGradKeyBlocks<DK>();  // stage 4's parts of db and Z
   extern __shared__ __align__(16) uint8_t smemRaw[];
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
@@ -90,11 +103,11 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   const auto tKt = smemTile(sm.k, typename Tiles::KwT{});
   const auto tDw = smemTile(sm.dw, typename Tiles::Kw{});
   const auto tDwT = smemTile(sm.dw, typename Tiles::KwT{});
-  const auto tV = smemTile(sm.v, typename Tiles::Vt{});
-  const auto tDdHi = smemTile(sm.ddHi, typename Tiles::Vt{});
-  const auto tDdLo = smemTile(sm.ddLo, typename Tiles::Vt{});
-  const auto tDdHiT = smemTile(sm.ddHi, typename Tiles::VtT{});
-  const auto tDdLoT = smemTile(sm.ddLo, typename Tiles::VtT{});
+  const auto tV = smemTile(sm.v, typename Tiles::Vs{});        // (C, VB, stage)
+  const auto tDdHi = smemTile(sm.ddHi, typename Tiles::Vb{});
+  const auto tDdLo = smemTile(sm.ddLo, typename Tiles::Vb{});
+  const auto tDdHiT = smemTile(sm.ddHi, typename Tiles::VbT{});
+  const auto tDdLoT = smemTile(sm.ddLo, typename Tiles::VbT{});
   const auto tTmHi = smemTile(sm.tmHi, typename Tiles::Sq{});
   const auto tTmLo = smemTile(sm.tmLo, typename Tiles::Sq{});
   const auto tTmHiT = smemTile(sm.tmHi, typename Tiles::SqT{});
@@ -107,18 +120,27 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   const auto tDm = smemTile(sm.dm, typename Tiles::Sq{});
   const auto tDmT = smemTile(sm.dm, typename Tiles::SqT{});
 
-  constexpr int kLdStage = Tiles::kLdStage;
+  constexpr int kLdStage = Tiles::kLdStage, VB = Tiles::VB, KS = Tiles::KS;
+  constexpr int kValueBlocks = Tiles::kValueBlocks, kVStages = Tiles::kVStages;
+  // Copies of value block j: v into its tile stage, dD (fp32) into the staging buffer.
+  auto stageValueBlock = [&](int j) {
+    loadTile<false, C, VB, kThreads>(tV, j % kVStages, static_cast<const T*>(p.v) + offV + j * VB,
+                                     rowV, rows);
+    stageRowsAsync<C, VB, kLdStage, kThreads>(sm.stage, p.dd + offV + j * VB, rowV, rows, tid);
+  };
+  auto stageDkPart = [&](int kb) {  // stage 4's dk part, columns [kb KS, (kb + 1) KS)
+    stageRowsAsync<C, KS, kLdStage, kThreads>(sm.stage, p.dkpart + offK + kb * KS, rowK, rows, tid);
+  };
   loadTile<false, C, DK, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
   loadTile<false, C, DK, kThreads>(tDw, 0, static_cast<const T*>(p.dw) + offK, rowK, rows);
-  loadTile<false, C, DV, kThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
   stageDeltaScalars<Decay>(sm.cs, p.g, p.beta, tok0, rows, h, H);
-  stageRowsAsync<C, DV, kLdStage, kThreads>(sm.stage, p.dd + offV, rowV, rows, tid);
+  stageValueBlock(0);
   stageRowsAsync<C, C, kLd, kThreads>(sm.xf, p.x + (int64_t(blockIdx.x) * H + h) * (C * C), C, C, tid);
   copyCommit();
   copyWait<0>();
   __syncthreads();  // every copy, beta
   if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
-  splitStagedRows<C, DV, kLdStage, kThreads, true>(tDdHi, tDdLo, sm.stage, tid);
+  splitStagedRows<C, VB, kLdStage, kThreads, true>(tDdHi, tDdLo, sm.stage, tid);
   {  // Tm = X diag(beta) as hi + lo, X in the input dtype
     for (int i = tid; i < C * C / 4; i += kThreads) {
       const int t = i / (C / 4), s = (i % (C / 4)) * 4;
@@ -136,10 +158,9 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   }
   fenceToAsyncProxy();
   __syncthreads();  // b, every tile; the staging buffer read
-  if (p.dk) {  // stage 4's dk part, read in phase 4
-    stageRowsAsync<C, DK, kLdStage, kThreads>(sm.stage, p.dkpart + offK, rowK, rows, tid);
-    copyCommit();
-  }
+  if (kValueBlocks > 1) stageValueBlock(1);
+  else if (p.dk) stageDkPart(0);  // read in phase 4
+  copyCommit();
 
   using MmaKK = typename Tiles::MmaKK;
   using MmaTW = typename Tiles::MmaTW;
@@ -152,11 +173,10 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
   const auto cK = accCoords<C, DK>(mmaTW);
   const float* bt = sm.cs.beta;
 
-  // Phase 1: G and dTm (0); dv, then Tm^T dW and its row dots (1).
+  // Phase 1: G and dTm = lower_incl(dW (K . exp b)^T + sum_j dD_j V_j^T) (0); dv_j = Tm^T dD_j
+  // per value block, then Tm^T dW and its row dots (1).
   if (wg == 0) {
     auto thr = mmaKK.get_thread_slice(wtid);
-    typename Tiles::MmaVV mmaVV;
-    auto thrV = mmaVV.get_thread_slice(wtid);
     Tensor fK = thr.partition_fragment_B(tK.tensor()(_, _, 0));
     issue(accG, accT);
     gemm<true>(mmaKK, thr.partition_fragment_A(tK.tensor()(_, _, 0)), fK, accG);
@@ -168,11 +188,46 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
       accT(i) *= decayFrom<Decay>(sm.cs.b, s);
       accT(i + 1) *= decayFrom<Decay>(sm.cs.b, s + 1);
     });
-    Tensor fV = thrV.partition_fragment_B(tV.tensor()(_, _, 0));
-    issue(accT);
-    gemm<false>(mmaVV, thrV.partition_fragment_A(tDdHi.tensor()(_, _, 0)), fV, accT);
-    gemm<false>(mmaVV, thrV.partition_fragment_A(tDdLo.tensor()(_, _, 0)), fV, accT);
-    commitAndWait(accT);
+  }
+  for (int j = 0; j < kValueBlocks; ++j) {  // the tiles of block j are in place
+    if (wg == 0) {
+      typename Tiles::MmaVV mmaVV;
+      auto thrV = mmaVV.get_thread_slice(wtid);
+      Tensor fV = thrV.partition_fragment_B(tV.tensor()(_, _, j % kVStages));
+      issue(accT);
+      gemm<false>(mmaVV, thrV.partition_fragment_A(tDdHi.tensor()(_, _, 0)), fV, accT);
+      gemm<false>(mmaVV, thrV.partition_fragment_A(tDdLo.tensor()(_, _, 0)), fV, accT);
+      commitAndWait(accT);
+    } else {
+      typename Tiles::MmaTD mmaTD;
+      auto thr = mmaTD.get_thread_slice(wtid);
+      Tensor accV = partition_fragment_C(mmaTD, Shape<Int<C>, Int<VB>>{});
+      Tensor fHi = thr.partition_fragment_A(tTmHiT.tensor()(_, _, 0));
+      Tensor fDdHi = thr.partition_fragment_B(tDdHiT.tensor()(_, _, 0));
+      issue(accV);
+      gemm<true>(mmaTD, fHi, fDdHi, accV);
+      gemm<false>(mmaTD, thr.partition_fragment_A(tTmLoT.tensor()(_, _, 0)), fDdHi, accV);
+      gemm<false>(mmaTD, fHi, thr.partition_fragment_B(tDdLoT.tensor()(_, _, 0)), accV);
+      commitAndWait(accV);
+      if (p.dv) {
+        T* dv = static_cast<T*>(p.dv) + offV + j * VB;
+        forEachPair<typename Tiles::MmaTD>(accCoords<C, VB>(mmaTD), [&](int i, int s, int c) {
+          if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(accV(i), accV(i + 1));
+        });
+      }
+    }
+    if (j + 1 < kValueBlocks) {
+      copyWait<0>();
+      __syncthreads();  // block j's tiles read; block j + 1 landed
+      splitStagedRows<C, VB, kLdStage, kThreads, true>(tDdHi, tDdLo, sm.stage, tid);
+      fenceToAsyncProxy();
+      __syncthreads();  // block j + 1's tiles; the staging buffer read
+      if (j + 2 < kValueBlocks) stageValueBlock(j + 2);
+      else if (p.dk) stageDkPart(0);
+      copyCommit();
+    }
+  }
+  if (wg == 0) {
     forEachPair<MmaKK>(cC, [&](int i, int t, int s) {
       const float d0 = s <= t ? accT(i) : 0.f, d1 = s + 1 <= t ? accT(i + 1) : 0.f;
       sts32(tDtm.at(t, s), pack2<T>(d0, d1));
@@ -180,22 +235,6 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
           make_float2(d0 * sm.xf[t * kLd + s], d1 * sm.xf[t * kLd + s + 1]);
     });
   } else {
-    typename Tiles::MmaTD mmaTD;
-    auto thr = mmaTD.get_thread_slice(wtid);
-    Tensor accV = partition_fragment_C(mmaTD, Shape<Int<C>, Int<DV>>{});
-    Tensor fHi = thr.partition_fragment_A(tTmHiT.tensor()(_, _, 0));
-    Tensor fDdHi = thr.partition_fragment_B(tDdHiT.tensor()(_, _, 0));
-    issue(accV);
-    gemm<true>(mmaTD, fHi, fDdHi, accV);
-    gemm<false>(mmaTD, thr.partition_fragment_A(tTmLoT.tensor()(_, _, 0)), fDdHi, accV);
-    gemm<false>(mmaTD, fHi, thr.partition_fragment_B(tDdLoT.tensor()(_, _, 0)), accV);
-    commitAndWait(accV);
-    if (p.dv) {
-      T* dv = static_cast<T*>(p.dv) + offV;
-      forEachPair<typename Tiles::MmaTD>(accCoords<C, DV>(mmaTD), [&](int i, int s, int c) {
-        if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(accV(i), accV(i + 1));
-      });
-    }
     auto thrW = mmaTW.get_thread_slice(wtid);
     Tensor fDwT = thrW.partition_fragment_B(tDwT.tensor()(_, _, 0));
     issue(accK);
@@ -271,7 +310,7 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
       sm.dlg[r0 + 8] = s1;
     }
   }
-  copyWait<0>();  // the dk part
+  copyWait<0>();  // the dk part's first key block
   fenceToAsyncProxy();
   __syncthreads();  // dM, E, the dk part
 
@@ -286,24 +325,37 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
     gemm<false>(mmaTW, thrT.partition_fragment_A(tDmT.tensor()(_, _, 0)),
                 thrT.partition_fragment_B(tKt.tensor()(_, _, 0)), accK);
     commitAndWait(accK);
-    if (p.dk) {
-      T* dk = static_cast<T*>(p.dk) + offK;
-      forEachPair<MmaTW>(cK, [&](int i, int s, int d) {
-        if (s < rows) {
-          const float2 a = *reinterpret_cast<const float2*>(&sm.stage[s * kLdStage + d]);
-          *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accK(i) + a.x, accK(i + 1) + a.y);
-        }
-      });
-    }
   } else if (wtid < C) {
     const int t = wtid;
     if (p.dbeta && t < rows) p.dbeta[(tok0 + t) * H + h] = sm.dbeta[t] + sm.dlg[t];
-    if (wantDg) {  // db_t: stage 4's part, k . exp(b) Tm^T dW, E's row minus its column
+    if (wantDg) {  // db_t: stage 4's parts, k . exp(b) Tm^T dW, E's row minus its column
       float e = 0.f;
       for (int s = 0; s < t; ++s) e += sm.scr[t * kLd + s];
       for (int a = t + 1; a < C; ++a) e -= sm.scr[a * kLd + t];
-      const float part = t < rows ? p.dbpart[(tok0 + t) * H + h] : 0.f;
+      float part = 0.f;  // stage 4's key blocks, in order
+      if (t < rows)
+        for (int kb = 0; kb < kGradKeyBlocks; ++kb) part += p.dbpart[((tok0 + t) * H + h) * kGradKeyBlocks + kb];
       sm.db[t] += part + e;
+    }
+  }
+  if (p.dk) {  // dk = accK + the dk part, one staged key block at a time
+    for (int kb = 0; kb < Tiles::kKeyBlocks; ++kb) {
+      if (kb > 0) {
+        __syncthreads();  // the previous key block read
+        stageDkPart(kb);
+        copyCommit();
+        copyWait<0>();
+        __syncthreads();
+      }
+      if (wg == 1) {
+        T* dk = static_cast<T*>(p.dk) + offK;
+        forEachPair<MmaTW>(cK, [&](int i, int s, int d) {
+          if (s < rows && d >= kb * KS && d < (kb + 1) * KS) {
+            const float2 a = *reinterpret_cast<const float2*>(&sm.stage[s * kLdStage + d - kb * KS]);
+            *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accK(i) + a.x, accK(i + 1) + a.y);
+          }
+        });
+      }
     }
   }
   if (!wantDg) return;
@@ -317,7 +369,8 @@ __global__ void __launch_bounds__(kDeltaWyThreads, 1) deltaBwdWyKernel(const Del
       const double x = __shfl_down_sync(0xffffffffu, suffix, o);
       if (lane + o < 32) suffix += x;
     }
-    const double z = p.zpart[int64_t(blockIdx.x) * H + h];
+    double z = 0.0;  // Z, summed over stage 4's key blocks in order
+    for (int kb = 0; kb < kGradKeyBlocks; ++kb) z += p.zpart[(int64_t(blockIdx.x) * H + h) * kGradKeyBlocks + kb];
     if (t0 < rows) p.dg[(tok0 + t0) * H + h] = float(z + suffix);
     if (t0 + 1 < rows) p.dg[(tok0 + t0 + 1) * H + h] = float(z + (suffix - d0));
   }

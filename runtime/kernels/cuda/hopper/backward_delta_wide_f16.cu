@@ -1,0 +1,8 @@
+// Hopper backward of the delta rule for fp16 inputs at Gated DeltaNet's 340m / 1.3b heads: dk 256,
+// dv 512, decay none / scalar (a translation unit of its own: its five stages compile in parallel
+// with the narrow ones).
+#include "delta_backward_stages.cuh"
+
+namespace linac::kernels::cuda::hopper {
+LINAC_HOPPER_DELTA_BACKWARD_INSTANTIATE(cutlass::half_t, 256, 512)
+}  // namespace linac::kernels::cuda::hopper
