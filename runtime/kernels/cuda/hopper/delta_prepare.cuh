@@ -126,20 +126,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   } else if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
     const int j = tid;
     float x[C];
-    CUTE_UNROLL
-    for (int i = 0; i < C; ++i) {
-      float s = 0.f;
-      const float4* row = reinterpret_cast<const float4*>(&sm.a[i * Tiles::kLdA]);
-      CUTE_UNROLL
-      for (int e4 = 0; e4 < (i + 3) / 4; ++e4) {
-        const float4 a4 = row[e4];
-        s += a4.x * x[4 * e4];
-        if (4 * e4 + 1 < i) s += a4.y * x[4 * e4 + 1];
-        if (4 * e4 + 2 < i) s += a4.z * x[4 * e4 + 2];
-        if (4 * e4 + 3 < i) s += a4.w * x[4 * e4 + 3];
-      }
-      x[i] = (i == j ? 1.f : 0.f) - s;
-    }
+    unitLowerColumn<C>(sm.a, Tiles::kLdA, j, x);
     const float bj = sm.beta[j], fj = Decay::kActive ? __expf(decayAt(j)) : 1.f;
     CUTE_UNROLL
     for (int i = 0; i < C; ++i) {
