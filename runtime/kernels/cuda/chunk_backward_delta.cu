@@ -153,6 +153,38 @@ __device__ __forceinline__ float decayRatio(const double* sB, int t, int s) {
   return fastExp<Precise>(float(sB[t] - sB[s]));
 }
 
+/// acc (a 16 x 8*NT tile) += A B over kdim as tile::warpTileProduct, except that with Precise each
+/// k-step's three tf32 products go to a zeroed fragment that one fp32 add (round to nearest) puts
+/// into acc. The tensor cores' fp32 accumulation truncates (rounds toward zero): fed the running
+/// sum, its truncations over k = 256 bias the sum by ~1e-5 relative (dbeta of verify's dk 256
+/// case failed at 1.05e-5); here each truncation is at the scale of 8 products.
+template <int NT, bool Precise, typename FA, typename FB>
+__device__ __forceinline__ void tileProduct(float (&acc)[NT][4], int m0, int n0, int kdim, FA&& fa,
+                                            FB&& fb) {
+  if constexpr (!Precise) {
+    tile::warpTileProduct<NT, false>(acc, m0, n0, kdim, fa, fb);
+  } else {
+    const tile::Lane ln;
+    for (int k0 = 0; k0 < kdim; k0 += 8) {
+      tile::Frag<4, true> a;
+      a.set(0, fa(m0 + ln.g, k0 + ln.q));
+      a.set(1, fa(m0 + ln.g + 8, k0 + ln.q));
+      a.set(2, fa(m0 + ln.g, k0 + ln.q + 4));
+      a.set(3, fa(m0 + ln.g + 8, k0 + ln.q + 4));
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        tile::Frag<2, true> b;
+        b.set(0, fb(k0 + ln.q, n0 + 8 * j + ln.g));
+        b.set(1, fb(k0 + ln.q + 4, n0 + 8 * j + ln.g));
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        tile::mma<true>(d, a, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
+      }
+    }
+  }
+}
+
 /// Starts asynchronous copies of `rows x cols` fp32 elements (global row stride `stride`, 16-byte
 /// aligned rows, cols % 4 == 0) into shared memory (leading dimension ld, a multiple of 4); rows >=
 /// valid are zero-filled with plain stores. Complete with asyncWaitAll() then __syncthreads().
@@ -245,9 +277,9 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     loadRowsToShared<T>(sP1, kLdA, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     __syncthreads();
     if (!upper) {
-      warpTileProduct<kNT, Precise>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
+      tileProduct<kNT, Precise>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
-      warpTileProduct<kNT, Precise>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
+      tileProduct<kNT, Precise>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
   }
@@ -293,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int c) { return sP0[s * kLdB + c] * sEb[s]; });
     storeAcc<float, kNT>(p.W + (tok0 * H + h) * DK + c0, int64_t(H) * DK, acc, m0, n0, lc, 1.f);
@@ -307,13 +339,13 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int j) { return sP0[s * kLdB + j]; });
     storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
     zeroAcc(acc);
     // rows s >= m0 need t >= s: k runs over t = t0 + kk
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, kC - t0, [&](int s, int kk) { return sAt[s * kLdA + t0 + kk]; },
         [&](int kk, int j) { return sP1[(t0 + kk) * kLdB + j]; });
     storeAcc<float, kNT>(p.dD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -378,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
     {  // D = U - W S_c (each warp updates its own tile of sY in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
+      tileProduct<kNT, Precise>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
       storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -392,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC,
+      tileProduct<kNT, Precise>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDK + c] * sEc[t]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -446,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
     {  // dD = dD_local + (K . exp(b_C - b)) dS_{c+1} (own tile of sY, in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, m0, n0, DK,
+      tileProduct<kNT, Precise>(acc, m0, n0, DK,
                                     [&](int t, int c) { return sX[t * LDA + c] * sEc[t]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
@@ -462,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
+      tileProduct<kNT, Precise>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
     }
@@ -475,7 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC,
+      tileProduct<kNT, Precise>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDT + c] * (scale * sEb[t]); },
                                     [&](int t, int j) { return sO[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -567,14 +599,14 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
     __syncthreads();
     // aq[t][c] += dO[t] . S[c];  ak[s][c] += D[s] . dS[c];  aw[t][c] += dD[t] . S[c];
     // ada[t][s] += dO[t] . D[s]
-    warpTileProduct<kNT, Precise>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
+    tileProduct<kNT, Precise>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
-    warpTileProduct<kNT, Precise>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
+    tileProduct<kNT, Precise>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
                                   [&](int j, int c) { return sdS[c * kLdA + j]; });
-    warpTileProduct<kNT, Precise>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
+    tileProduct<kNT, Precise>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
     if (!upper)
-      warpTileProduct<kNT, Precise>(ada, m0, n0, kSlice,
+      tileProduct<kNT, Precise>(ada, m0, n0, kSlice,
                                     [&](int t, int j) { return sdO[t * kLdA + j]; },
                                     [&](int j, int s) { return sD[s * kLdA + j]; });
     if (want_db)
@@ -602,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
 
   // dq = scale exp(b) . aq + dA' K   (s < t < m0 + 16)
   forEachAcc(aq, m0, n0, [&](int t, int, float& x) { x *= scale * sEb[t]; });
-  warpTileProduct<kNT, Precise>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
+  tileProduct<kNT, Precise>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
                                 [&](int s, int c) { return sK[s * kLdB + c]; });
   // dk (Kd part) = exp(b_C - b) . ak; its rows k_s . dk_Kd_s go to db on their own (kdpart)
   forEachAcc(ak, m0, n0, [&](int s, int, float& x) { x *= sEc[s]; });
@@ -610,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   // dk (intra part) = dA'^T Q  (t > s >= m0: k runs over t = m0 + kk), in its own accumulator
   float ai[kNT][4];
   zeroAcc(ai);
-  warpTileProduct<kNT, Precise>(
+  tileProduct<kNT, Precise>(
       ai, m0, n0, kC - m0, [&](int s, int kk) { return sdA[(m0 + kk) * kLdA + s]; },
       [&](int kk, int c) { return sQ[(m0 + kk) * kLdB + c]; });
   if (want_db) {
@@ -724,13 +756,13 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper)
-      warpTileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
+      tileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
                                     [&](int j, int s) { return sP1[s * kLdA + j]; });
     if (p.dv) {
       float acc[kNT][4];
       zeroAcc(acc);
       // rows s >= m0 need t >= s: k runs over t = m0 + kk
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
           [&](int kk, int j) { return sP0[(m0 + kk) * kLdB + j]; });
       storeAcc<T, kNT>(p.dv + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -744,9 +776,9 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper) {
-      warpTileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
+      tileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c] * sEb[s]; });
-      warpTileProduct<kNT, Precise>(agm, m0, n0, kSlice,
+      tileProduct<kNT, Precise>(agm, m0, n0, kSlice,
                                     [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
@@ -766,7 +798,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   {  // Y = dTm Tm^T (Y[t][u] = sum_{s <= t} dTm[t][s] Tm[u][s])
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
+    tileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
                                   [&](int s, int u) { return tm(u, s); });
     forEachAcc(acc, m0, n0, [&](int t, int u, float& x) { sY[t * kLdB + u] = x; });
   }
@@ -775,7 +807,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     float acc[kNT][4];
     zeroAcc(acc);
     if (!upper)
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int a, int kk) { return -sX[(m0 + kk) * kLdB + a]; },
           [&](int kk, int u) { return sY[(m0 + kk) * kLdB + u]; });
     float rb0 = 0.f, rb1 = 0.f, re0 = 0.f, re1 = 0.f;
@@ -818,15 +850,15 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
         [&](int kk, int c) { return sP0[(m0 + kk) * kLdB + c]; });
     forEachAcc(acc, m0, n0, [&](int s, int, float& x) { x *= sEb[s]; });
     if (want_db) rowSumsAtomic(acc, m0, n0, sDb, [&](int s, int c) { return sP1[s * kLdB + c]; });
     if (p.dk) {
-      warpTileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
+      tileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
                                     [&](int u, int c) { return sP1[u * kLdB + c]; });
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return sT[(m0 + kk) * kLdA + s]; },
           [&](int kk, int c) { return sP1[(m0 + kk) * kLdB + c]; });
       const float* part = p.dkpart + (tok0 * H + h) * DK + c0;
