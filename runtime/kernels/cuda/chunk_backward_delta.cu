@@ -41,22 +41,24 @@
 //   4 dqdkKernel    (chunk, head, key slice 64), loop over value blocks: dq (final), dk partial
 //                   (Kd + intra parts, workspace), dW (overwrites W), db, kd and Z partials.
 //   5 wyBwdKernel   (chunk, head): dTm, dv (final), dL, dM, dk (final), dbeta, dg (final).
-// Numerics: products on tensor cores with fp32 accumulation; states, W, U, D, dD, X in fp32
-// workspaces; X by fp32 forward substitution. The in-chunk cumsum b and its differences are double
-// (chunkCumsum; with gates clamped at -20 an fp32 b_t - b_s failed dv, dg and dbeta at ~1.05e-5),
-// exp in fp32; dg's in-chunk reverse cumsum is double. With strong decays dg_t is ~1000x smaller
-// than the terms of db: dA'_tt (q_t.k_t) (in q.dq and in k.dk alike) and the Kd rows kd_t (in db
-// and in Z alike) cancelled only after their fp32 row sums, and fp32 dg failed the lab's g >= -20
-// case (1.5e-5 on the H200). The row sums now leave both out (the dg paragraph above), so the kd
-// rows cancel only in the double sum: a float32 emulation of these kernels
-// (tests/runtime/cuda/delta_bwd_f32_check.py) predicts dg <= 1.5e-6, from <= 2.3e-5, over 40
-// draws each of the lab's and verify's strong-gate cases. All products use 3xTF32 (~fp32
-// accuracy): dg and dbeta are sums of differences of large terms (and dg a cumsum of them), and
-// 1xTF32 operands (11-bit mantissa) could cost ~1e-3 relative error there (the additive path's host
-// emulation found 1.7e-3 for a tf32 dg); a 1xTF32 instantiation (Precise = false) is a candidate
-// when neither is requested. Every exponent is <= 0, so strong gates underflow to 0, never
-// overflow. Row reductions (db, kd, dbeta) use shared atomics (order-nondeterministic at the
-// rounding level); every global output is written once.
+// Numerics: products on tensor cores (3xTF32, ~fp32 products), each k-step of 8 accumulated in a
+// zeroed fragment and added to the tile with one fp32 add (tileProduct: the tensor cores' fp32
+// accumulation truncates, and fed a running sum over k = 256 it biased dk and dbeta by up to
+// ~2e-5 relative); states, W, U, D, dD, X in fp32 workspaces; X by fp32 forward substitution. The
+// in-chunk cumsum b and its differences are double (chunkCumsum; with gates clamped at -20 an fp32
+// b_t - b_s failed dv, dg and dbeta at ~1.05e-5), exp in fp32; dg's in-chunk reverse cumsum is
+// double. With strong decays dg_t is ~1000x smaller than the terms of db: dA'_tt (q_t.k_t) (in
+// q.dq and in k.dk alike) and the Kd rows kd_t (in db and in Z alike) cancelled only after their
+// fp32 row sums, so the row sums leave both out (the dg paragraph above) and the kd rows cancel
+// in the double sum. A float32 emulation of these kernels
+// (tests/runtime/cuda/delta_bwd_f32_check.py) reproduces the lab's and verify's strong-gate
+// failures (dg up to 5e-5, dbeta up to 2.2e-5 over 40 draws) and predicts <= 1.9e-6 for every
+// gradient with these changes. 1xTF32 operands (11-bit mantissa) could cost ~1e-3 relative
+// error in dg and dbeta (sums of differences of large terms; the additive path's host emulation
+// found 1.7e-3 for a tf32 dg); a 1xTF32 instantiation (Precise = false) is a candidate when
+// neither is requested. Every exponent is <= 0, so strong
+// gates underflow to 0, never overflow. Row reductions (db, kd, dbeta) use shared atomics
+// (order-nondeterministic at the rounding level); every global output is written once.
 // Workspace (cudaMallocAsync): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
 // dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / kd / Z partials.
 #include "chunk_backward_paths.h"

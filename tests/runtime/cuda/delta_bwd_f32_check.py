@@ -3,24 +3,31 @@
 against the float64 token reverse sweep of delta_bwd_host_check.py, run before any device run.
 
 The five passes are transcribed as the kernels compute them: every workspace and shared-memory
-value in fp32, products as 3xTF32 mma.sync (operands split into tf32 hi + lo, the three products
-lo*hi, hi*lo, hi*hi added to the fp32 accumulator per k-step of 8, as tile.cuh's mma does), the
-in-chunk cumsum b in double, exp in fp32, X by fp32 forward substitution, the row sums (shared
-atomics) and the reductions in the kernels' order, dg's reverse cumsum in double. Every named
-value can be made exact (float64) alone, to attribute the error (--attribute).
-The db split the kernels use (FIXES; --unfixed models the kernels before it): dA'_tt (q_t.k_t),
-in q_t.dq_t and k_t.dk_t alike, is left out of db's row sums, and the Kd rows kd_t = k_t.dk_Kd_t
-are summed apart from db and Z and meet them only in dg's double sum.
+value in fp32, products as 3xTF32 mma.sync (operands split into tf32 hi + lo; the three products
+lo*hi, hi*lo, hi*hi of each k-step of 8 summed exactly and added to the fp32 accumulator, rounding
+toward zero: the tensor cores truncate their fp32 accumulation (Fasi et al., "Numerical behavior
+of NVIDIA tensor cores", PeerJ CS 2021, for V100 / T4 / A100; Khattak and Mikaitis, arXiv
+2512.07004, for H100); --rn rounds to nearest instead), the in-chunk cumsum b in double, exp in
+fp32, X by fp32 forward substitution, the row sums (shared atomics) and the reductions in the
+kernels' order, dg's reverse cumsum in double. Every named value can be made exact (float64)
+alone, to attribute the error (--attribute).
+FIXES, the kernels' changes for strong gates (--unfixed models the kernels before them):
+  dbdiag   dA'_tt (q_t.k_t), in q_t.dq_t and k_t.dk_t alike, is left out of db's row sums;
+  kdsplit  the Kd rows kd_t = k_t.dk_Kd_t are summed apart from db and Z and meet them only in
+           dg's double sum;
+  staged   tileProduct: each k-step's products go to a zeroed fragment, added to the tile with one
+           fp32 add (round to nearest), so no truncation acts on the running sum.
 Cases: the kernel lab's strong-gate backward (lab.cu runBwdCase, B2 T130 H2 dk64 dv64, g =
 max(-20, 10 logsigmoid(N))) and verify's (kernel_section.cpp, B1 T130 H1 dk256 dv128, g =
 max(-20, logsigmoid(16 N))), plus a near-zero-gate case; rel-RMS pooled over (sequence, head) as
 the lab's relRms. Checks: 1. the transcription with every value exact against the token sweep
 (~1e-15); 2. the fp32 emulation against --margin (default 5e-6, half the fp32 gate 1e-5).
 Usage: python3 tests/runtime/cuda/delta_bwd_f32_check.py [--seeds 0 1 2] [--quick] [--attribute]
-                                                          [--unfixed] [--fp32b]
-  --attribute  dg per seed before the split, with each half of it, with both; then, before it,
-               the errors with one named value exact at a time
-Exit 0 when every check passes (--unfixed fails: the lab case's dg is ~1e-5).
+                                                          [--unfixed] [--fp32b] [--rn]
+  --attribute  the max errors over the seeds before the fixes, with each alone, with the db split
+               (dbdiag + kdsplit), with all; then, before them, one named value exact at a time
+  --fp32b      b and its differences in fp32 (the kernels before ba68802)
+Exit 0 when every check passes (--unfixed fails: the lab case's dg is ~1e-5 and more).
 """
 import argparse
 import sys
