@@ -1,7 +1,8 @@
 // Tensor-core chunkwise backward for the DELTA update rule with inclusive readout and a decay of
-// class None (DeltaNet) or Scalar (Gated DeltaNet), following fla's chunk_gated_delta_rule backward
-// (WY representation). Other kinds use chunk_backward_additive.cu or the exact kernel of
-// chunk_backward.cu.
+// class None (DeltaNet), Scalar (Gated DeltaNet) or Fixed (run as Scalar with g[h] at every token;
+// d_g[h] sums the per-token dg in double: the exact per-token kernel's fp32 sweep missed the fp32
+// gate on heads with g ~ 0), following fla's chunk_gated_delta_rule backward (WY representation).
+// Other kinds use chunk_backward_additive.cu or the exact kernel of chunk_backward.cu.
 //
 // Semantics (recurrence.h), per sequence n and head h:
 //   S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T,   o_t = scale * S_t^T q_t.
@@ -885,6 +886,33 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   }
 }
 
+// ---- the fixed class: run as the scalar class, g at every token ---------------------------------
+/// g_tok[i] = g[i % H] over the [B, T, H] token-heads (the scalar class's layout).
+__global__ void broadcastFixedGate(float* __restrict__ gt, const float* __restrict__ g, int64_t rows,
+                                   int H) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
+       i += int64_t(gridDim.x) * blockDim.x)
+    gt[i] = g[i % H];
+}
+
+/// d_g[h] = the sum of the per-token dg over head h's tokens, in double and in a fixed order (one
+/// CTA per head): the total of chunk-local per-token values, each within ~1e-6 of its own size.
+__global__ void __launch_bounds__(kThreads) sumFixedGate(float* __restrict__ dg,
+                                                         const float* __restrict__ dgt,
+                                                         int64_t tokens, int H) {
+  __shared__ double red[kThreads];
+  const int h = blockIdx.x, tid = threadIdx.x;
+  double a = 0.0;
+  for (int64_t i = tid; i < tokens; i += kThreads) a += dgt[i * H + h];
+  red[tid] = a;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (tid < w) red[tid] += red[tid + w];
+    __syncthreads();
+  }
+  if (tid == 0) dg[h] = float(red[0]);
+}
+
 // ---- host ---------------------------------------------------------------------------------------
 template <typename K>
 void setSmem(K kernel, size_t bytes) {
@@ -901,7 +929,8 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const int64_t chunks_per_seq = (s.seq_len + kC - 1) / kC;
   const int64_t slots = varlen ? s.seq_len / kC + N + 1 : int64_t(N) * chunks_per_seq;
   const int64_t rows = s.batch * s.seq_len * H;  // token-heads ([B, T, H]; B = 1 when varlen)
-  const bool want_db = kind.decay == DecayClass::Scalar && a.d_g != nullptr;
+  const bool fixed = kind.decay == DecayClass::Fixed;  // run as the scalar class (above)
+  const bool want_db = kind.decay != DecayClass::None && a.d_g != nullptr;
   LINAC_REQUIRE(slots <= 0x7fffffff, "deltaChunkBackward: too many chunks for the grid");
 
   size_t off = 0;
@@ -921,6 +950,8 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_db = want_db ? carve(size_t(nks) * rows * sizeof(float)) : 0;
   const size_t o_kd = want_db ? carve(size_t(nks) * rows * sizeof(float)) : 0;
   const size_t o_z = want_db ? carve(size_t(nks) * slots * H * sizeof(float)) : 0;
+  const size_t o_gt = fixed ? carve(size_t(rows) * sizeof(float)) : 0;             // [B, T, H] g
+  const size_t o_dgt = fixed && want_db ? carve(size_t(rows) * sizeof(float)) : 0;  // [B, T, H] dg
   char* ws = nullptr;
   LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
 
@@ -929,7 +960,9 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.k = static_cast<const T*>(a.fwd.k);
   p.v = static_cast<const T*>(a.fwd.v);
   p.d_o = static_cast<const T*>(a.d_o);
-  p.g = kind.decay == DecayClass::Scalar ? a.fwd.g : nullptr;
+  float* gtok = fixed ? reinterpret_cast<float*>(ws + o_gt) : nullptr;
+  float* dgtok = fixed && want_db ? reinterpret_cast<float*>(ws + o_dgt) : nullptr;
+  p.g = kind.decay == DecayClass::Scalar ? a.fwd.g : gtok;
   p.beta = a.fwd.beta;
   p.h0 = a.fwd.h0;
   p.d_ht = a.d_ht;
@@ -946,7 +979,7 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.dq = static_cast<T*>(a.d_q);
   p.dk = static_cast<T*>(a.d_k);
   p.dv = static_cast<T*>(a.d_v);
-  p.dg = want_db ? a.d_g : nullptr;
+  p.dg = want_db ? (fixed ? dgtok : a.d_g) : nullptr;
   p.dbeta = a.d_beta;
   p.dh0 = a.d_h0;
   p.cu_seqlens = s.cu_seqlens;
@@ -958,7 +991,15 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.heads = H;
   p.value_dim = dv;
   p.scale = a.fwd.scale;
-  p.decay = int(kind.decay);
+  p.decay = int(fixed ? DecayClass::Scalar : kind.decay);
+  if (fixed) {
+    const int64_t blocks = (rows + kThreads - 1) / kThreads;
+    broadcastFixedGate<<<unsigned(blocks < 1 ? 1 : blocks < 4096 ? blocks : 4096), kThreads, 0,
+                         stream>>>(gtok, a.fwd.g, rows, H);
+    LINAC_CUDA_CHECK_LAUNCH("delta broadcastFixedGate");
+    // tokens no chunk covers keep dg = 0
+    if (dgtok) LINAC_CUDA_CHECK(cudaMemsetAsync(dgtok, 0, size_t(rows) * sizeof(float), stream));
+  }
 
   // Pass 1 feeds both scans; pass 2 (D, S_c) only the per-chunk gradients; pass 3 (dD, dS) runs
   // always: it also writes d_h0 (= d_ht when no sequence has tokens).
@@ -991,6 +1032,10 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     wkernel<<<dim3(unsigned(slots), H), kThreads, WySmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("delta wyBwdKernel");
   }
+  if (dgtok) {
+    sumFixedGate<<<H, kThreads, 0, stream>>>(a.d_g, dgtok, rows / H, H);
+    LINAC_CUDA_CHECK_LAUNCH("delta sumFixedGate");
+  }
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
@@ -1019,7 +1064,8 @@ void dispatchKeyDim(const RecurrenceKind& kind, const RecurrenceShape& s,
 }  // namespace
 
 bool deltaBackwardSupported(const RecurrenceKind& kind, const RecurrenceShape& shape) {
-  const bool decay_ok = kind.decay == DecayClass::None || kind.decay == DecayClass::Scalar;
+  const bool decay_ok = kind.decay == DecayClass::None || kind.decay == DecayClass::Fixed ||
+                       kind.decay == DecayClass::Scalar;
   const bool dk_ok = shape.key_dim == 64 || shape.key_dim == 128 || shape.key_dim == 256;
   return decay_ok && kind.update == UpdateRule::Delta && kind.readout == Readout::Inclusive &&
          dk_ok && shape.value_dim > 0 && shape.value_dim % kSlice == 0;
@@ -1032,7 +1078,7 @@ void deltaChunkBackward(const RecurrenceKind& kind, DType dtype, const Recurrenc
                     std::to_string(shape.key_dim) + ", dv " + std::to_string(shape.value_dim) + ")");
   LINAC_REQUIRE(args.fwd.beta != nullptr, "deltaChunkBackward: delta needs beta");
   LINAC_REQUIRE(kind.decay == DecayClass::None || args.fwd.g != nullptr,
-                "deltaChunkBackward: scalar decay needs g");
+                "deltaChunkBackward: a decay needs g");
   LINAC_REQUIRE(num_seqs > 0 && num_seqs <= 65535 && shape.heads <= 65535,
                 "deltaChunkBackward: grid too large (N and H must be <= 65535)");
   switch (dtype) {

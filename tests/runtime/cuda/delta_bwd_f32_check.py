@@ -17,10 +17,14 @@ FIXES, the kernels' changes for strong gates (--unfixed models the kernels befor
            dg's double sum;
   staged   tileProduct: each k-step's products go to a zeroed fragment, added to the tile with one
            fp32 add (round to nearest), so no truncation acts on the running sum.
+The fixed class (one g per head) runs as the scalar class with g at every token, d_g[h] the sum
+of the per-token dg in double; --unfixed models its former path, the exact per-token kernel of
+chunk_backward.cu (fp32 token recurrence and adjoint, dg accumulated in double).
 Cases: the kernel lab's strong-gate backward (lab.cu runBwdCase, B2 T130 H2 dk64 dv64, g =
 max(-20, 10 logsigmoid(N))) and verify's (kernel_section.cpp, B1 T130 H1 dk256 dv128, g =
-max(-20, logsigmoid(16 N))), plus a near-zero-gate case; rel-RMS pooled over (sequence, head) as
-the lab's relRms. Checks: 1. the transcription with every value exact against the token sweep
+max(-20, logsigmoid(16 N))), a near-zero-gate case, and verify's fixed-class draw (issue 11 item 7:
+B2 T150 H2 dk64 dv192, one g = max(-20, logsigmoid(16 N)) per head); rel-RMS pooled over
+(sequence, head) as the lab's relRms, the fixed class's dg as verify's compareTotal. Checks: 1. the transcription with every value exact against the token sweep
 (~1e-15); 2. the fp32 emulation against --margin (default 5e-6, half the fp32 gate 1e-5).
 Usage: python3 tests/runtime/cuda/delta_bwd_f32_check.py [--seeds 0 1 2] [--quick] [--attribute]
                                                           [--unfixed] [--fp32b] [--rn]
@@ -330,44 +334,85 @@ def sequence_backward(K, x, scale):
     return res
 
 
+def exact_kernel_fixed_dg(x, scale, ft=F32):
+    """The fixed class's d_g of one (sequence, head) as the exact per-token kernel forms it
+    (chunk_backward.cu runBwd, the fixed class's path before it ran here): the token recurrence
+    and its adjoint in fp32 (ft), dg = sum_t lam <S_{t-1}, dS_P,t> accumulated in double."""
+    q, k, v, beta, do = (np.asarray(x[n], ft) for n in ("q", "k", "v", "beta", "do"))
+    lam = ft(np.exp(ft(x["g"][0])))
+    S = np.asarray(x["h0"], ft)
+    states = [S]
+    for t in range(len(beta)):
+        P = lam * S
+        S = P + np.outer(k[t], beta[t] * (v[t] - P.T @ k[t]))
+        states.append(S)
+    dS, dg = np.asarray(x["dht"], ft), 0.0
+    for t in range(len(beta) - 1, -1, -1):
+        dS = dS + ft(scale) * np.outer(q[t], do[t])
+        dS = dS + np.outer(k[t], -beta[t] * (dS.T @ k[t]))
+        dg += float(lam) * (states[t].astype(np.float64) * dS.astype(np.float64)).sum()
+        dS = lam * dS
+    return dg
+
+
 # ---- inputs and cases ------------------------------------------------------------------------
-def draw(rng, T, dk, dv, gspread, gmul, h0sd):
+def gate(rng, n, gspread, gmul):
+    return round_f32(np.maximum(-20.0, gmul * logsigmoid(gspread * rng.standard_normal(n))))
+
+
+def draw(rng, T, dk, dv, gspread, gmul, h0sd, gfix=None):
     """One (sequence, head) of inputs, fp32 values: unit q, k rows; g = max(-20, gmul
-    logsigmoid(gspread N)); beta = sigmoid(N); h0 ~ h0sd N; dO, d_ht ~ N."""
+    logsigmoid(gspread N)) per token, or gfix at every token (the fixed class); beta = sigmoid(N);
+    h0 ~ h0sd N; dO, d_ht ~ N."""
     q = rng.standard_normal((T, dk))
     k = rng.standard_normal((T, dk))
     q /= np.sqrt((q * q).sum(1, keepdims=True) + 1e-6)
     k /= np.sqrt((k * k).sum(1, keepdims=True) + 1e-6)
     return dict(q=round_f32(q), k=round_f32(k), v=round_f32(rng.standard_normal((T, dv))),
-                g=round_f32(np.maximum(-20.0, gmul * logsigmoid(gspread * rng.standard_normal(T)))),
+                g=gate(rng, T, gspread, gmul) if gfix is None else np.full(T, gfix),
                 beta=round_f32(1.0 / (1.0 + np.exp(-rng.standard_normal(T)))),
                 h0=round_f32(h0sd * rng.standard_normal((dk, dv))),
                 do=round_f32(rng.standard_normal((T, dv))),
                 dht=round_f32(rng.standard_normal((dk, dv))))
 
 
-# (label, sequences x heads, T, dk, dv, g spread, g multiplier, h0 sd)
-CASES = [("lab B2 T130 H2 dk64 dv64 g>=-20", 4, 130, 64, 64, 1.0, 10.0, 0.5),
-         ("verify B1 T130 H1 dk256 dv128 g>=-20", 1, 130, 256, 128, 16.0, 1.0, 1.0),
-         ("lab B2 T150 H2 dk64 dv128 g=ls(N)", 4, 150, 64, 128, 1.0, 1.0, 0.5)]
+# (label, sequences x heads, T, dk, dv, g spread, g multiplier, h0 sd, fixed-class heads or 0)
+CASES = [("lab B2 T130 H2 dk64 dv64 g>=-20", 4, 130, 64, 64, 1.0, 10.0, 0.5, 0),
+         ("verify B1 T130 H1 dk256 dv128 g>=-20", 1, 130, 256, 128, 16.0, 1.0, 1.0, 0),
+         ("lab B2 T150 H2 dk64 dv128 g=ls(N)", 4, 150, 64, 128, 1.0, 1.0, 0.5, 0),
+         ("verify fixed B2 T150 H2 dk64 dv192 g>=-20", 4, 150, 64, 192, 16.0, 1.0, 1.0, 2)]
 GRADS = ("q", "k", "v", "g", "beta", "h0")
 
 
 def run_case(case, seed, kernel):
-    """Pooled rel-RMS per gradient of one case (the lab's relRms over all sequences and heads)."""
-    label, nseq, T, dk, dv, spread, gmul, h0sd = case
+    """Pooled rel-RMS per gradient of one case (the lab's relRms over all sequences and heads).
+    Fixed class (one g per head, the kernels run it as the scalar class with g at every token and
+    sum dg per head in double): dg is verify's compareTotal, ||total - ref|| / max(||ref||,
+    ||per-token terms||) over the heads."""
+    label, nseq, T, dk, dv, spread, gmul, h0sd, nfix = case
     rng = np.random.default_rng([seed, T, dk, dv])
     num = dict.fromkeys(GRADS, 0.0)
     den = dict.fromkeys(GRADS, 0.0)
-    for _ in range(nseq):
-        x = draw(rng, T, dk, dv, spread, gmul, h0sd)
+    gh = gate(rng, nfix, spread, gmul) if nfix else None
+    tot_got, tot_ref, terms = np.zeros(max(nfix, 1)), np.zeros(max(nfix, 1)), 0.0
+    for i in range(nseq):
+        x = draw(rng, T, dk, dv, spread, gmul, h0sd, None if gh is None else gh[i % nfix])
         scale = 1.0 / np.sqrt(dk)
         ref = reverse_tokens(x, scale)
         got = sequence_backward(kernel, x, scale)
         for n in GRADS:
             num[n] += ((got[n] - ref[n]) ** 2).sum()
             den[n] += (ref[n] ** 2).sum()
-    return {n: np.sqrt(num[n] / den[n]) for n in GRADS}
+        if nfix:
+            unfixed = "dbdiag" not in kernel.fixed  # --unfixed: the exact per-token kernel's d_g
+            ft = F32 if kernel.on("S") else np.float64
+            tot_got[i % nfix] += exact_kernel_fixed_dg(x, scale, ft) if unfixed else got["g"].sum()
+            tot_ref[i % nfix] += ref["g"].sum()
+            terms += (ref["g"] ** 2).sum()
+    errs = {n: np.sqrt(num[n] / den[n]) for n in GRADS}
+    if nfix:
+        errs["g"] = np.linalg.norm(tot_got - tot_ref) / max(np.linalg.norm(tot_ref), np.sqrt(terms))
+    return errs
 
 
 def main():
