@@ -635,7 +635,7 @@ void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
     diagonalChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
     return;
   }
-  // Delta rule, inclusive readout, decay none / scalar (DeltaNet, Gated DeltaNet):
+  // Delta rule, inclusive readout, decay none / fixed / scalar (DeltaNet, Gated DeltaNet):
   // chunk_backward_delta.cu (fla's WY-form backward on tensor cores).
   if (deltaBackwardSupported(kind, shape)) {
     deltaChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);

@@ -1,7 +1,8 @@
 // Tensor-core chunkwise backward for the DELTA update rule with inclusive readout and a decay of
-// class None (DeltaNet) or Scalar (Gated DeltaNet), following fla's chunk_gated_delta_rule backward
-// (WY representation). Other kinds use chunk_backward_additive.cu or the exact kernel of
-// chunk_backward.cu.
+// class None (DeltaNet), Scalar (Gated DeltaNet) or Fixed (run as Scalar with g[h] at every token;
+// d_g[h] sums the per-token dg in double: the exact per-token kernel's fp32 sweep missed the fp32
+// gate on heads with g ~ 0), following fla's chunk_gated_delta_rule backward (WY representation).
+// Other kinds use chunk_backward_additive.cu or the exact kernel of chunk_backward.cu.
 //
 // Semantics (recurrence.h), per sequence n and head h:
 //   S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T,   o_t = scale * S_t^T q_t.
@@ -27,6 +28,9 @@
 //            + sum_s E_ts - sum_t' E_t't,  E = dL . L   (Gam in L)
 //          plus the chunk term Z = exp(b_C) <S_c, dS_{c+1}> + sum_s k_s.(dk_Kd)_s on b_C; then
 //          dg_t = Z + sum_{t' >= t} db_t' (reverse cumsum inside the chunk: b_t = sum_{s<=t} g_s).
+//          As computed: dA'_tt (q_t.k_t), in both q_t.dq_t and k_t.dk_intra_t, is left out of db
+//          (it cancels exactly), and kd_t = k_t.(dk_Kd)_t is kept apart from db and Z (kdpart):
+//          dg_t = exp(b_C) <S_c, dS_{c+1}> + sum_{t' >= t} db_t' + sum_{s < t} kd_s.
 // Passes (one CTA per item, 8 warps, warp tiles 16 x 32 of mma.sync m16n8k8 tf32):
 //   1 prepKernel    (chunk, head): G, A by key slices of 64; X by forward substitution (64
 //                   threads, one column each, as chunk_forward.cuh); writes X, W, U and
@@ -36,19 +40,28 @@
 //   3 bwdScanKernel (value block 64, head, sequence): dD = dD_local + Kd dS_{c+1} (overwrites
 //                   dD_local), dS_{c+1} for every chunk (workspace), dS_c; d_h0.
 //   4 dqdkKernel    (chunk, head, key slice 64), loop over value blocks: dq (final), dk partial
-//                   (Kd + intra parts, workspace), dW (overwrites W), db partials and Z partials.
+//                   (Kd + intra parts, workspace), dW (overwrites W), db, kd and Z partials.
 //   5 wyBwdKernel   (chunk, head): dTm, dv (final), dL, dM, dk (final), dbeta, dg (final).
-// Numerics: products on tensor cores with fp32 accumulation; states, W, U, D, dD, X in fp32
-// workspaces; X by fp32 forward substitution. The in-chunk cumsum b and its differences are double
-// (chunkCumsum; with gates clamped at -20 an fp32 b_t - b_s failed dv, dg and dbeta at ~1.05e-5),
-// exp in fp32; dg's in-chunk reverse cumsum is double. All products use 3xTF32 (~fp32 accuracy): dg and
-// dbeta are sums of differences of large terms (and dg a cumsum of them), and 1xTF32 operands
-// (11-bit mantissa) could cost ~1e-3 relative error there (the additive path's host emulation
+// Numerics: products on tensor cores (3xTF32, ~fp32 products), each k-step of 8 accumulated in a
+// zeroed fragment and added to the tile with one fp32 add (tileProduct: the tensor cores' fp32
+// accumulation truncates, and fed a running sum over k = 256 it biased dk and dbeta by up to
+// ~2e-5 relative); states, W, U, D, dD, X in fp32 workspaces; X by fp32 forward substitution. The
+// in-chunk cumsum b and its differences are double (chunkCumsum; with gates clamped at -20 an fp32
+// b_t - b_s failed dv, dg and dbeta at ~1.05e-5), exp in fp32; dg's in-chunk reverse cumsum is
+// double. With strong decays dg_t is ~1000x smaller than the terms of db: dA'_tt (q_t.k_t) (in
+// q.dq and in k.dk alike) and the Kd rows kd_t (in db and in Z alike) cancelled only after their
+// fp32 row sums, so the row sums leave both out (the dg paragraph above) and the kd rows cancel
+// in the double sum. A float32 emulation of these kernels
+// (tests/runtime/cuda/delta_bwd_f32_check.py) reproduces the lab's and verify's strong-gate
+// failures (dg up to 5e-5, dbeta up to 2.2e-5 over 40 draws) and predicts <= 1.9e-6 for every
+// gradient with these changes. 1xTF32 operands (11-bit mantissa) could cost ~1e-3 relative
+// error in dg and dbeta (sums of differences of large terms; the additive path's host emulation
 // found 1.7e-3 for a tf32 dg); a 1xTF32 instantiation (Precise = false) is a candidate when
-// neither is requested. Every exponent is <= 0, so strong gates underflow to 0, never overflow. Row reductions (db, dbeta) use shared
-// atomics (order-nondeterministic at the rounding level); every global output is written once.
+// neither is requested. Every exponent is <= 0, so strong
+// gates underflow to 0, never overflow. Row reductions (db, kd, dbeta) use shared atomics
+// (order-nondeterministic at the rounding level); every global output is written once.
 // Workspace (cudaMallocAsync): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
-// dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / Z partials.
+// dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / kd / Z partials.
 #include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
 
@@ -94,6 +107,7 @@ struct DeltaBwdParams {
   float* dstates;          // [slots, H, DK, dv] dS_{c+1}
   float* dkpart;           // [rows, DK]  dk from Kd and the intra-chunk term (pass 4)
   float* dbpart;           // [DK / kSlice, rows] db partials per key slice, or null
+  float* kdpart;           // [DK / kSlice, rows] k_t . dk_Kd_t partials per key slice, or null
   float* zpart;            // [DK / kSlice, slots * H] chunk terms Z per key slice, or null
   T* dq;                   // [B, T, H, DK] or null
   T* dk;                   // [B, T, H, DK] or null
@@ -140,6 +154,38 @@ __device__ __forceinline__ void loadChunkScalars(const P& p, int64_t tok0, int l
 template <bool Precise>
 __device__ __forceinline__ float decayRatio(const double* sB, int t, int s) {
   return fastExp<Precise>(float(sB[t] - sB[s]));
+}
+
+/// acc (a 16 x 8*NT tile) += A B over kdim as tile::warpTileProduct, except that with Precise each
+/// k-step's three tf32 products go to a zeroed fragment that one fp32 add (round to nearest) puts
+/// into acc. The tensor cores' fp32 accumulation truncates (rounds toward zero): fed the running
+/// sum, its truncations over k = 256 bias the sum by ~1e-5 relative (dbeta of verify's dk 256
+/// case failed at 1.05e-5); here each truncation is at the scale of 8 products.
+template <int NT, bool Precise, typename FA, typename FB>
+__device__ __forceinline__ void tileProduct(float (&acc)[NT][4], int m0, int n0, int kdim, FA&& fa,
+                                            FB&& fb) {
+  if constexpr (!Precise) {
+    tile::warpTileProduct<NT, false>(acc, m0, n0, kdim, fa, fb);
+  } else {
+    const tile::Lane ln;
+    for (int k0 = 0; k0 < kdim; k0 += 8) {
+      tile::Frag<4, true> a;
+      a.set(0, fa(m0 + ln.g, k0 + ln.q));
+      a.set(1, fa(m0 + ln.g + 8, k0 + ln.q));
+      a.set(2, fa(m0 + ln.g, k0 + ln.q + 4));
+      a.set(3, fa(m0 + ln.g + 8, k0 + ln.q + 4));
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        tile::Frag<2, true> b;
+        b.set(0, fb(k0 + ln.q, n0 + 8 * j + ln.g));
+        b.set(1, fb(k0 + ln.q + 4, n0 + 8 * j + ln.g));
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        tile::mma<true>(d, a, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
+      }
+    }
+  }
 }
 
 /// Starts asynchronous copies of `rows x cols` fp32 elements (global row stride `stride`, 16-byte
@@ -234,9 +280,9 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     loadRowsToShared<T>(sP1, kLdA, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     __syncthreads();
     if (!upper) {
-      warpTileProduct<kNT, Precise>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
+      tileProduct<kNT, Precise>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
-      warpTileProduct<kNT, Precise>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
+      tileProduct<kNT, Precise>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
   }
@@ -282,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int c) { return sP0[s * kLdB + c] * sEb[s]; });
     storeAcc<float, kNT>(p.W + (tok0 * H + h) * DK + c0, int64_t(H) * DK, acc, m0, n0, lc, 1.f);
@@ -296,13 +342,13 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int j) { return sP0[s * kLdB + j]; });
     storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
     zeroAcc(acc);
     // rows s >= m0 need t >= s: k runs over t = t0 + kk
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, kC - t0, [&](int s, int kk) { return sAt[s * kLdA + t0 + kk]; },
         [&](int kk, int j) { return sP1[(t0 + kk) * kLdB + j]; });
     storeAcc<float, kNT>(p.dD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -367,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
     {  // D = U - W S_c (each warp updates its own tile of sY in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
+      tileProduct<kNT, Precise>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
       storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -381,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC,
+      tileProduct<kNT, Precise>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDK + c] * sEc[t]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -435,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
     {  // dD = dD_local + (K . exp(b_C - b)) dS_{c+1} (own tile of sY, in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, m0, n0, DK,
+      tileProduct<kNT, Precise>(acc, m0, n0, DK,
                                     [&](int t, int c) { return sX[t * LDA + c] * sEc[t]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
@@ -451,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
+      tileProduct<kNT, Precise>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
     }
@@ -464,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j]; });
-      warpTileProduct<kNT, Precise>(acc, mi, ni, kC,
+      tileProduct<kNT, Precise>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDT + c] * (scale * sEb[t]); },
                                     [&](int t, int j) { return sO[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -491,7 +537,9 @@ struct DqdkSmem {
   static constexpr int Eb = Bc + 2 * kC;      // [C] exp(b)
   static constexpr int Ec = Eb + kC;          // [C] exp(b_C - b)
   static constexpr int Row = Ec + kC;         // [C] db partial rows
-  static constexpr int Red = Row + kC;        // [kWarps]
+  static constexpr int Kd = Row + kC;         // [C] k . dk_Kd partial rows
+  static constexpr int Dg = Kd + kC;          // [C] dA'_tt (the diagonal of dA')
+  static constexpr int Red = Dg + kC;         // [kWarps]
   static constexpr int total = Red + kWarps;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
@@ -514,6 +562,8 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   float* sEb = smem + L::Eb;
   float* sEc = smem + L::Ec;
   float* sRow = smem + L::Row;
+  float* sKd = smem + L::Kd;
+  float* sDiag = smem + L::Dg;
   float* sRed = smem + L::Red;
 
   int n;
@@ -530,7 +580,10 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   const bool want_db = p.dbpart != nullptr;
 
   loadChunkScalars<Precise>(p, tok0, lc, h, sB, sEb, sEc, nullptr);
-  if (tid < kC) sRow[tid] = 0.f;
+  if (tid < kC) {
+    sRow[tid] = 0.f;
+    sKd[tid] = 0.f;
+  }
 
   float aq[kNT][4], ak[kNT][4], aw[kNT][4], ada[kNT][4];
   zeroAcc(aq);
@@ -549,14 +602,14 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
     __syncthreads();
     // aq[t][c] += dO[t] . S[c];  ak[s][c] += D[s] . dS[c];  aw[t][c] += dD[t] . S[c];
     // ada[t][s] += dO[t] . D[s]
-    warpTileProduct<kNT, Precise>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
+    tileProduct<kNT, Precise>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
-    warpTileProduct<kNT, Precise>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
+    tileProduct<kNT, Precise>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
                                   [&](int j, int c) { return sdS[c * kLdA + j]; });
-    warpTileProduct<kNT, Precise>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
+    tileProduct<kNT, Precise>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
     if (!upper)
-      warpTileProduct<kNT, Precise>(ada, m0, n0, kSlice,
+      tileProduct<kNT, Precise>(ada, m0, n0, kSlice,
                                     [&](int t, int j) { return sdO[t * kLdA + j]; },
                                     [&](int j, int s) { return sD[s * kLdA + j]; });
     if (want_db)
@@ -571,38 +624,57 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   loadRowsToShared<T>(sQ, kLdB, p.q + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
   loadRowsToShared<T>(sK, kLdB, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
   const float scale = p.scale;
+  // dA' = scale (dO D^T) . Gam: the strictly lower part in sdA, the diagonal in sDiag. The
+  // diagonal's terms dA'_tt (q_t . k_t) enter q_t . dq_t and k_t . dk_t alike and cancel in db
+  // exactly, so they are added to dq and dk only after db's row sums (with strong decays they are
+  // ~1000x dg, and their fp32 rounding failed the fp32 dg gate).
   forEachAcc(ada, m0, n0, [&](int t, int s, float& x) {
-    sdA[t * kLdA + s] = s <= t ? scale * x * decayRatio<Precise>(sB, t, s) : 0.f;
+    const float d = s <= t ? scale * x * decayRatio<Precise>(sB, t, s) : 0.f;
+    if (s == t) sDiag[t] = d;
+    sdA[t * kLdA + s] = s < t ? d : 0.f;
   });
   __syncthreads();
 
-  // dq = scale exp(b) . aq + dA' K   (s <= t < m0 + 16)
+  // dq = scale exp(b) . aq + dA' K   (s < t < m0 + 16)
   forEachAcc(aq, m0, n0, [&](int t, int, float& x) { x *= scale * sEb[t]; });
-  warpTileProduct<kNT, Precise>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
+  tileProduct<kNT, Precise>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
                                 [&](int s, int c) { return sK[s * kLdB + c]; });
-  // dk (Kd part) = exp(b_C - b) . ak; Z gets sum_s k_s . dk_Kd_s
+  // dk (Kd part) = exp(b_C - b) . ak; its rows k_s . dk_Kd_s go to db on their own (kdpart)
   forEachAcc(ak, m0, n0, [&](int s, int, float& x) { x *= sEc[s]; });
-  float zk = 0.f;
-  if (want_db) forEachAcc(ak, m0, n0, [&](int s, int c, float& x) { zk += sK[s * kLdB + c] * x; });
-  // dk += dA'^T Q  (t >= s >= m0: k runs over t = m0 + kk)
-  warpTileProduct<kNT, Precise>(
-      ak, m0, n0, kC - m0, [&](int s, int kk) { return sdA[(m0 + kk) * kLdA + s]; },
+  if (want_db) rowSumsAtomic(ak, m0, n0, sKd, [&](int s, int c) { return sK[s * kLdB + c]; });
+  // dk (intra part) = dA'^T Q  (t > s >= m0: k runs over t = m0 + kk), in its own accumulator
+  float ai[kNT][4];
+  zeroAcc(ai);
+  tileProduct<kNT, Precise>(
+      ai, m0, n0, kC - m0, [&](int s, int kk) { return sdA[(m0 + kk) * kLdA + s]; },
       [&](int kk, int c) { return sQ[(m0 + kk) * kLdB + c]; });
+  if (want_db) {
+    // db_t partial = q_t . dq_t - k_t . dk_intra_t (this key slice, dA' without its diagonal)
+    rowSumsAtomic(aq, m0, n0, sRow, [&](int t, int c) { return sQ[t * kLdB + c]; });
+    rowSumsAtomic(ai, m0, n0, sRow, [&](int t, int c) { return -sK[t * kLdB + c]; });
+  }
+  // dq_t += dA'_tt k_t; dk_t = Kd part + intra part + dA'_tt q_t
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ak[j][e] += ai[j][e];
+  forEachAcc(aq, m0, n0, [&](int t, int c, float& x) { x += sDiag[t] * sK[t * kLdB + c]; });
+  forEachAcc(ak, m0, n0, [&](int s, int c, float& x) { x += sDiag[s] * sQ[s * kLdB + c]; });
 
   if (p.dq) storeAcc<T, kNT>(p.dq + (tok0 * H + h) * DK + c0, int64_t(H) * DK, aq, m0, n0, lc, 1.f);
   storeAcc<float, kNT>(p.dkpart + (tok0 * H + h) * DK + c0, int64_t(H) * DK, ak, m0, n0, lc, 1.f);
   storeAcc<float, kNT>(p.W + (tok0 * H + h) * DK + c0, int64_t(H) * DK, aw, m0, n0, lc, -1.f);
 
   if (want_db) {
-    // db_t partial = q_t . dq_t - k_t . dk_t (this key slice)
-    rowSumsAtomic(aq, m0, n0, sRow, [&](int t, int c) { return sQ[t * kLdB + c]; });
-    rowSumsAtomic(ak, m0, n0, sRow, [&](int t, int c) { return -sK[t * kLdB + c]; });
-    float z = zdot * sEb[kC - 1] + zk;
+    float z = zdot * sEb[kC - 1];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
     if (lane == 0) sRed[warp] = z;
     __syncthreads();
-    if (tid < lc) p.dbpart[ks * p.rows + (tok0 + tid) * H + h] = sRow[tid];
+    if (tid < lc) {
+      p.dbpart[ks * p.rows + (tok0 + tid) * H + h] = sRow[tid];
+      p.kdpart[ks * p.rows + (tok0 + tid) * H + h] = sKd[tid];
+    }
     if (tid == 0) {
       float a = 0.f;
       for (int w = 0; w < kWarps; ++w) a += sRed[w];
@@ -624,7 +696,8 @@ struct WySmem {
   static constexpr int Beta = Eb + kC;        // [C]
   static constexpr int Db = Beta + kC;        // [C] db
   static constexpr int Dbeta = Db + kC;       // [C] dbeta
-  static constexpr int total = Dbeta + kC;
+  static constexpr int Kd = Dbeta + kC;       // [C] k . dk_Kd
+  static constexpr int total = Kd + kC;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
 static_assert(WySmem::Bc % 2 == 0, "the double cumsum must be 8-byte aligned");
@@ -647,6 +720,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   float* sBeta = smem + L::Beta;
   float* sDb = smem + L::Db;
   float* sDbeta = smem + L::Dbeta;
+  float* sKd = smem + L::Kd;
 
   int n;
   int64_t bos, len, chunk, coff;
@@ -663,10 +737,14 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   asyncRowsF32(sX, kLdB, p.X + (blockIdx.x * int64_t(H) + h) * (kC * kC), kC, kC, kC, kC);
   loadChunkScalars<Precise>(p, tok0, lc, h, sB, sEb, nullptr, sBeta);
   if (tid < kC) {
-    float a = 0.f;
+    float a = 0.f, kd = 0.f;
     if (want_db && tid < lc)
-      for (int s = 0; s < nks; ++s) a += p.dbpart[s * p.rows + (tok0 + tid) * H + h];
+      for (int s = 0; s < nks; ++s) {
+        a += p.dbpart[s * p.rows + (tok0 + tid) * H + h];
+        kd += p.kdpart[s * p.rows + (tok0 + tid) * H + h];
+      }
     sDb[tid] = a;
+    sKd[tid] = kd;
   }
 
   auto tm = [&](int t, int s) { return sX[t * kLdB + s] * sBeta[s]; };  // Tm[t][s]
@@ -681,13 +759,13 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper)
-      warpTileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
+      tileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
                                     [&](int j, int s) { return sP1[s * kLdA + j]; });
     if (p.dv) {
       float acc[kNT][4];
       zeroAcc(acc);
       // rows s >= m0 need t >= s: k runs over t = m0 + kk
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
           [&](int kk, int j) { return sP0[(m0 + kk) * kLdB + j]; });
       storeAcc<T, kNT>(p.dv + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -701,9 +779,9 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper) {
-      warpTileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
+      tileProduct<kNT, Precise>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c] * sEb[s]; });
-      warpTileProduct<kNT, Precise>(agm, m0, n0, kSlice,
+      tileProduct<kNT, Precise>(agm, m0, n0, kSlice,
                                     [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
@@ -723,7 +801,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   {  // Y = dTm Tm^T (Y[t][u] = sum_{s <= t} dTm[t][s] Tm[u][s])
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
+    tileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
                                   [&](int s, int u) { return tm(u, s); });
     forEachAcc(acc, m0, n0, [&](int t, int u, float& x) { sY[t * kLdB + u] = x; });
   }
@@ -732,7 +810,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     float acc[kNT][4];
     zeroAcc(acc);
     if (!upper)
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int a, int kk) { return -sX[(m0 + kk) * kLdB + a]; },
           [&](int kk, int u) { return sY[(m0 + kk) * kLdB + u]; });
     float rb0 = 0.f, rb1 = 0.f, re0 = 0.f, re1 = 0.f;
@@ -775,15 +853,15 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    warpTileProduct<kNT, Precise>(
+    tileProduct<kNT, Precise>(
         acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
         [&](int kk, int c) { return sP0[(m0 + kk) * kLdB + c]; });
     forEachAcc(acc, m0, n0, [&](int s, int, float& x) { x *= sEb[s]; });
     if (want_db) rowSumsAtomic(acc, m0, n0, sDb, [&](int s, int c) { return sP1[s * kLdB + c]; });
     if (p.dk) {
-      warpTileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
+      tileProduct<kNT, Precise>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
                                     [&](int u, int c) { return sP1[u * kLdB + c]; });
-      warpTileProduct<kNT, Precise>(
+      tileProduct<kNT, Precise>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return sT[(m0 + kk) * kLdA + s]; },
           [&](int kk, int c) { return sP1[(m0 + kk) * kLdB + c]; });
       const float* part = p.dkpart + (tok0 * H + h) * DK + c0;
@@ -796,13 +874,43 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   __syncthreads();  // sDb, sDbeta complete
   if (p.dbeta && tid < lc) p.dbeta[(tok0 + tid) * H + h] = sDbeta[tid];
   if (want_db && tid == 0) {
-    double acc = 0.0;  // Z, then the in-chunk reverse cumsum of db (in double: a sum of differences)
+    // dg_t = Z + sum_{t' >= t} db_t' + sum_{s < t} kd_s, in double: acc = Z + sum_s kd_s, then
+    // acc += db_t - kd_t walking back (the same fp32 kd_s on both sides cancel exactly)
+    double acc = 0.0;
     for (int s = 0; s < nks; ++s) acc += p.zpart[s * (p.slots * H) + int64_t(blockIdx.x) * H + h];
+    for (int t = 0; t < kC; ++t) acc += sKd[t];
     for (int t = kC - 1; t >= 0; --t) {
-      acc += sDb[t];
+      acc += double(sDb[t]) - double(sKd[t]);
       if (t < lc) p.dg[(tok0 + t) * H + h] = float(acc);
     }
   }
+}
+
+// ---- the fixed class: run as the scalar class, g at every token ---------------------------------
+/// g_tok[i] = g[i % H] over the [B, T, H] token-heads (the scalar class's layout).
+__global__ void broadcastFixedGate(float* __restrict__ gt, const float* __restrict__ g, int64_t rows,
+                                   int H) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
+       i += int64_t(gridDim.x) * blockDim.x)
+    gt[i] = g[i % H];
+}
+
+/// d_g[h] = the sum of the per-token dg over head h's tokens, in double and in a fixed order (one
+/// CTA per head): the total of chunk-local per-token values, each within ~1e-6 of its own size.
+__global__ void __launch_bounds__(kThreads) sumFixedGate(float* __restrict__ dg,
+                                                         const float* __restrict__ dgt,
+                                                         int64_t tokens, int H) {
+  __shared__ double red[kThreads];
+  const int h = blockIdx.x, tid = threadIdx.x;
+  double a = 0.0;
+  for (int64_t i = tid; i < tokens; i += kThreads) a += dgt[i * H + h];
+  red[tid] = a;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (tid < w) red[tid] += red[tid + w];
+    __syncthreads();
+  }
+  if (tid == 0) dg[h] = float(red[0]);
 }
 
 // ---- host ---------------------------------------------------------------------------------------
@@ -821,7 +929,8 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const int64_t chunks_per_seq = (s.seq_len + kC - 1) / kC;
   const int64_t slots = varlen ? s.seq_len / kC + N + 1 : int64_t(N) * chunks_per_seq;
   const int64_t rows = s.batch * s.seq_len * H;  // token-heads ([B, T, H]; B = 1 when varlen)
-  const bool want_db = kind.decay == DecayClass::Scalar && a.d_g != nullptr;
+  const bool fixed = kind.decay == DecayClass::Fixed;  // run as the scalar class (above)
+  const bool want_db = kind.decay != DecayClass::None && a.d_g != nullptr;
   LINAC_REQUIRE(slots <= 0x7fffffff, "deltaChunkBackward: too many chunks for the grid");
 
   size_t off = 0;
@@ -839,7 +948,10 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_ds = carve(state_bytes);
   const size_t o_dk = carve(size_t(rows) * DK * sizeof(float));
   const size_t o_db = want_db ? carve(size_t(nks) * rows * sizeof(float)) : 0;
+  const size_t o_kd = want_db ? carve(size_t(nks) * rows * sizeof(float)) : 0;
   const size_t o_z = want_db ? carve(size_t(nks) * slots * H * sizeof(float)) : 0;
+  const size_t o_gt = fixed ? carve(size_t(rows) * sizeof(float)) : 0;             // [B, T, H] g
+  const size_t o_dgt = fixed && want_db ? carve(size_t(rows) * sizeof(float)) : 0;  // [B, T, H] dg
   char* ws = nullptr;
   LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
 
@@ -848,7 +960,9 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.k = static_cast<const T*>(a.fwd.k);
   p.v = static_cast<const T*>(a.fwd.v);
   p.d_o = static_cast<const T*>(a.d_o);
-  p.g = kind.decay == DecayClass::Scalar ? a.fwd.g : nullptr;
+  float* gtok = fixed ? reinterpret_cast<float*>(ws + o_gt) : nullptr;
+  float* dgtok = fixed && want_db ? reinterpret_cast<float*>(ws + o_dgt) : nullptr;
+  p.g = kind.decay == DecayClass::Scalar ? a.fwd.g : gtok;
   p.beta = a.fwd.beta;
   p.h0 = a.fwd.h0;
   p.d_ht = a.d_ht;
@@ -860,11 +974,12 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.dstates = reinterpret_cast<float*>(ws + o_ds);
   p.dkpart = reinterpret_cast<float*>(ws + o_dk);
   p.dbpart = want_db ? reinterpret_cast<float*>(ws + o_db) : nullptr;
+  p.kdpart = want_db ? reinterpret_cast<float*>(ws + o_kd) : nullptr;
   p.zpart = want_db ? reinterpret_cast<float*>(ws + o_z) : nullptr;
   p.dq = static_cast<T*>(a.d_q);
   p.dk = static_cast<T*>(a.d_k);
   p.dv = static_cast<T*>(a.d_v);
-  p.dg = want_db ? a.d_g : nullptr;
+  p.dg = want_db ? (fixed ? dgtok : a.d_g) : nullptr;
   p.dbeta = a.d_beta;
   p.dh0 = a.d_h0;
   p.cu_seqlens = s.cu_seqlens;
@@ -876,7 +991,15 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.heads = H;
   p.value_dim = dv;
   p.scale = a.fwd.scale;
-  p.decay = int(kind.decay);
+  p.decay = int(fixed ? DecayClass::Scalar : kind.decay);
+  if (fixed) {
+    const int64_t blocks = (rows + kThreads - 1) / kThreads;
+    broadcastFixedGate<<<unsigned(blocks < 1 ? 1 : blocks < 4096 ? blocks : 4096), kThreads, 0,
+                         stream>>>(gtok, a.fwd.g, rows, H);
+    LINAC_CUDA_CHECK_LAUNCH("delta broadcastFixedGate");
+    // tokens no chunk covers keep dg = 0
+    if (dgtok) LINAC_CUDA_CHECK(cudaMemsetAsync(dgtok, 0, size_t(rows) * sizeof(float), stream));
+  }
 
   // Pass 1 feeds both scans; pass 2 (D, S_c) only the per-chunk gradients; pass 3 (dD, dS) runs
   // always: it also writes d_h0 (= d_ht when no sequence has tokens).
@@ -909,6 +1032,10 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     wkernel<<<dim3(unsigned(slots), H), kThreads, WySmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("delta wyBwdKernel");
   }
+  if (dgtok) {
+    sumFixedGate<<<H, kThreads, 0, stream>>>(a.d_g, dgtok, rows / H, H);
+    LINAC_CUDA_CHECK_LAUNCH("delta sumFixedGate");
+  }
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
@@ -937,7 +1064,8 @@ void dispatchKeyDim(const RecurrenceKind& kind, const RecurrenceShape& s,
 }  // namespace
 
 bool deltaBackwardSupported(const RecurrenceKind& kind, const RecurrenceShape& shape) {
-  const bool decay_ok = kind.decay == DecayClass::None || kind.decay == DecayClass::Scalar;
+  const bool decay_ok = kind.decay == DecayClass::None || kind.decay == DecayClass::Fixed ||
+                       kind.decay == DecayClass::Scalar;
   const bool dk_ok = shape.key_dim == 64 || shape.key_dim == 128 || shape.key_dim == 256;
   return decay_ok && kind.update == UpdateRule::Delta && kind.readout == Readout::Inclusive &&
          dk_ok && shape.value_dim > 0 && shape.value_dim % kSlice == 0;
@@ -950,7 +1078,7 @@ void deltaChunkBackward(const RecurrenceKind& kind, DType dtype, const Recurrenc
                     std::to_string(shape.key_dim) + ", dv " + std::to_string(shape.value_dim) + ")");
   LINAC_REQUIRE(args.fwd.beta != nullptr, "deltaChunkBackward: delta needs beta");
   LINAC_REQUIRE(kind.decay == DecayClass::None || args.fwd.g != nullptr,
-                "deltaChunkBackward: scalar decay needs g");
+                "deltaChunkBackward: a decay needs g");
   LINAC_REQUIRE(num_seqs > 0 && num_seqs <= 65535 && shape.heads <= 65535,
                 "deltaChunkBackward: grid too large (N and H must be <= 65535)");
   switch (dtype) {

@@ -22,8 +22,8 @@ void additiveChunkBackward(const RecurrenceKind& kind, DType dtype, const Recurr
                            const RecurrenceBackwardArgs& args, int num_seqs, cudaStream_t stream);
 
 // ---- delta rule (chunk_backward_delta.cu) --------------------------------------------------------
-/// True for {Delta, Inclusive, decay None / Scalar}, dk in {64, 128, 256}, dv a positive multiple
-/// of 64.
+/// True for {Delta, Inclusive, decay None / Fixed / Scalar}, dk in {64, 128, 256}, dv a positive
+/// multiple of 64.
 bool deltaBackwardSupported(const RecurrenceKind& kind, const RecurrenceShape& shape);
 
 /// Writes every non-null gradient of args (d_q, d_k, d_v, d_g, d_beta, d_h0); fla's WY-form
