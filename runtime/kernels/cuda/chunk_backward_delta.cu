@@ -43,9 +43,10 @@
 //                   (Kd + intra parts, workspace), dW (overwrites W), db, kd and Z partials.
 //   5 wyBwdKernel   (chunk, head): dTm, dv (final), dL, dM, dk (final), dbeta, dg (final).
 // Numerics: products on tensor cores (3xTF32, ~fp32 products); for fp32 inputs each k-step of 8
-// accumulated in a zeroed fragment and added to the tile with one fp32 add (tileProduct: the
-// tensor cores' fp32 accumulation truncates, and fed a running sum over k = 256 it biased dk and
-// dbeta by up to ~2e-5 relative; 16-bit inputs, gated at 5e-3, keep the running sum); states, W, U, D, dD, X in fp32 workspaces; X by fp32 forward substitution. The
+// accumulated in a zeroed fragment and added to the tile with one fp32 add (tile.cuh's staged
+// warpTileProduct: the tensor cores' fp32 accumulation truncates, and fed a running sum over
+// k = 256 it biased dk and dbeta by up to ~2e-5 relative; 16-bit inputs, gated at 5e-3, keep the
+// running sum); states, W, U, D, dD, X in fp32 workspaces; X by fp32 forward substitution. The
 // in-chunk cumsum b and its differences are double (chunkCumsum; with gates clamped at -20 an fp32
 // b_t - b_s failed dv, dg and dbeta at ~1.05e-5), exp in fp32; dg's in-chunk reverse cumsum is
 // double. With strong decays dg_t is ~1000x smaller than the terms of db: dA'_tt (q_t.k_t) (in
@@ -156,42 +157,11 @@ __device__ __forceinline__ float decayRatio(const double* sB, int t, int s) {
   return fastExp<Precise>(float(sB[t] - sB[s]));
 }
 
-/// Whether the products stage their sums (tileProduct): for fp32 inputs, whose gate (1e-5) the
-/// tensor cores' truncating accumulation can cross; 16-bit inputs (gate 5e-3) keep the running sum.
+/// Whether the products stage their sums (tile::warpTileProduct's Staged): for fp32 inputs, whose
+/// gate (1e-5) the tensor cores' truncating accumulation crossed (dbeta of verify's dk 256 case at
+/// 1.05e-5); 16-bit inputs (gate 5e-3) keep the running sum.
 template <typename T>
 inline constexpr bool kStagedSums = std::is_same_v<T, float>;
-
-/// acc (a 16 x 8*NT tile) += A B over kdim as tile::warpTileProduct, except that with Precise and
-/// Staged each k-step's three tf32 products go to a zeroed fragment that one fp32 add (round to
-/// nearest) puts into acc. The tensor cores' fp32 accumulation truncates (rounds toward zero): fed
-/// the running sum, its truncations over k = 256 bias the sum by ~1e-5 relative (dbeta of verify's
-/// dk 256 case failed at 1.05e-5); here each truncation is at the scale of 8 products.
-template <int NT, bool Precise, bool Staged, typename FA, typename FB>
-__device__ __forceinline__ void tileProduct(float (&acc)[NT][4], int m0, int n0, int kdim, FA&& fa,
-                                            FB&& fb) {
-  if constexpr (!Precise || !Staged) {
-    tile::warpTileProduct<NT, false>(acc, m0, n0, kdim, fa, fb);
-  } else {
-    const tile::Lane ln;
-    for (int k0 = 0; k0 < kdim; k0 += 8) {
-      tile::Frag<4, true> a;
-      a.set(0, fa(m0 + ln.g, k0 + ln.q));
-      a.set(1, fa(m0 + ln.g + 8, k0 + ln.q));
-      a.set(2, fa(m0 + ln.g, k0 + ln.q + 4));
-      a.set(3, fa(m0 + ln.g + 8, k0 + ln.q + 4));
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        tile::Frag<2, true> b;
-        b.set(0, fb(k0 + ln.q, n0 + 8 * j + ln.g));
-        b.set(1, fb(k0 + ln.q + 4, n0 + 8 * j + ln.g));
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        tile::mma<true>(d, a, b);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
-      }
-    }
-  }
-}
 
 /// Starts asynchronous copies of `rows x cols` fp32 elements (global row stride `stride`, 16-byte
 /// aligned rows, cols % 4 == 0) into shared memory (leading dimension ld, a multiple of 4); rows >=
@@ -285,9 +255,9 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     loadRowsToShared<T>(sP1, kLdA, p.k + (tok0 * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
     __syncthreads();
     if (!upper) {
-      tileProduct<kNT, Precise, kStagedSums<T>>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(ag, m0, n0, kSlice, [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(aa, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
   }
@@ -333,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    tileProduct<kNT, Precise, kStagedSums<T>>(
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int c) { return sP0[s * kLdB + c] * sEb[s]; });
     storeAcc<float, kNT>(p.W + (tok0 * H + h) * DK + c0, int64_t(H) * DK, acc, m0, n0, lc, 1.f);
@@ -347,13 +317,13 @@ __global__ void __launch_bounds__(kThreads, 2) prepKernel(const DeltaBwdParams<T
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    tileProduct<kNT, Precise, kStagedSums<T>>(
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(
         acc, m0, n0, m0 + 16, [&](int t, int s) { return sX[t * kLdA + s] * sBeta[s]; },
         [&](int s, int j) { return sP0[s * kLdB + j]; });
     storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
     zeroAcc(acc);
     // rows s >= m0 need t >= s: k runs over t = t0 + kk
-    tileProduct<kNT, Precise, kStagedSums<T>>(
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(
         acc, m0, n0, kC - t0, [&](int s, int kk) { return sAt[s * kLdA + t0 + kk]; },
         [&](int kk, int j) { return sP1[(t0 + kk) * kLdB + j]; });
     storeAcc<float, kNT>(p.dD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -418,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
     {  // D = U - W S_c (each warp updates its own tile of sY in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, DK, [&](int t, int c) { return -sX[t * LDW + c]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
       storeAcc<float, kNT>(p.UD + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -432,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC,
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDK + c] * sEc[t]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -486,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
     {  // dD = dD_local + (K . exp(b_C - b)) dS_{c+1} (own tile of sY, in place)
       float acc[kNT][4];
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { x = sY[t * kLdB + j]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, DK,
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, DK,
                                     [&](int t, int c) { return sX[t * LDA + c] * sEc[t]; },
                                     [&](int c, int j) { return sS[c * kLdB + j]; });
       forEachAcc(acc, m0, n0, [&](int t, int j, float& x) { sY[t * kLdB + j] = x; });
@@ -502,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j] * ebc; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC, [&](int c, int t) { return -sX[t * LDT + c]; },
                                     [&](int t, int j) { return sY[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
     }
@@ -515,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwdScanKernel(const DeltaBwdParam
       const int mi = 16 * (item >> 1), ni = 32 * (item & 1);
       float acc[kNT][4];
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { x = sS[c * kLdB + j]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC,
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, mi, ni, kC,
                                     [&](int c, int t) { return sX[t * LDT + c] * (scale * sEb[t]); },
                                     [&](int t, int j) { return sO[t * kLdB + j]; });
       forEachAcc(acc, mi, ni, [&](int c, int j, float& x) { sS[c * kLdB + j] = x; });
@@ -607,14 +577,14 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
     __syncthreads();
     // aq[t][c] += dO[t] . S[c];  ak[s][c] += D[s] . dS[c];  aw[t][c] += dD[t] . S[c];
     // ada[t][s] += dO[t] . D[s]
-    tileProduct<kNT, Precise, kStagedSums<T>>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(aq, m0, n0, kSlice, [&](int t, int j) { return sdO[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
-    tileProduct<kNT, Precise, kStagedSums<T>>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(ak, m0, n0, kSlice, [&](int s, int j) { return sD[s * kLdA + j]; },
                                   [&](int j, int c) { return sdS[c * kLdA + j]; });
-    tileProduct<kNT, Precise, kStagedSums<T>>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(aw, m0, n0, kSlice, [&](int t, int j) { return sdD[t * kLdA + j]; },
                                   [&](int j, int c) { return sS[c * kLdA + j]; });
     if (!upper)
-      tileProduct<kNT, Precise, kStagedSums<T>>(ada, m0, n0, kSlice,
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(ada, m0, n0, kSlice,
                                     [&](int t, int j) { return sdO[t * kLdA + j]; },
                                     [&](int j, int s) { return sD[s * kLdA + j]; });
     if (want_db)
@@ -642,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
 
   // dq = scale exp(b) . aq + dA' K   (s < t < m0 + 16)
   forEachAcc(aq, m0, n0, [&](int t, int, float& x) { x *= scale * sEb[t]; });
-  tileProduct<kNT, Precise, kStagedSums<T>>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
+  warpTileProduct<kNT, Precise, kStagedSums<T>>(aq, m0, n0, m0 + 16, [&](int t, int s) { return sdA[t * kLdA + s]; },
                                 [&](int s, int c) { return sK[s * kLdB + c]; });
   // dk (Kd part) = exp(b_C - b) . ak; its rows k_s . dk_Kd_s go to db on their own (kdpart)
   forEachAcc(ak, m0, n0, [&](int s, int, float& x) { x *= sEc[s]; });
@@ -650,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
   // dk (intra part) = dA'^T Q  (t > s >= m0: k runs over t = m0 + kk), in its own accumulator
   float ai[kNT][4];
   zeroAcc(ai);
-  tileProduct<kNT, Precise, kStagedSums<T>>(
+  warpTileProduct<kNT, Precise, kStagedSums<T>>(
       ai, m0, n0, kC - m0, [&](int s, int kk) { return sdA[(m0 + kk) * kLdA + s]; },
       [&](int kk, int c) { return sQ[(m0 + kk) * kLdB + c]; });
   if (want_db) {
@@ -764,13 +734,13 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper)
-      tileProduct<kNT, Precise, kStagedSums<T>>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(at, m0, n0, kSlice, [&](int t, int j) { return sP0[t * kLdB + j]; },
                                     [&](int j, int s) { return sP1[s * kLdA + j]; });
     if (p.dv) {
       float acc[kNT][4];
       zeroAcc(acc);
       // rows s >= m0 need t >= s: k runs over t = m0 + kk
-      tileProduct<kNT, Precise, kStagedSums<T>>(
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
           [&](int kk, int j) { return sP0[(m0 + kk) * kLdB + j]; });
       storeAcc<T, kNT>(p.dv + (tok0 * H + h) * dv + v0, int64_t(H) * dv, acc, m0, n0, lc, 1.f);
@@ -784,9 +754,9 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     asyncWaitAll();
     __syncthreads();
     if (!upper) {
-      tileProduct<kNT, Precise, kStagedSums<T>>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(at, m0, n0, kSlice, [&](int t, int c) { return sP0[t * kLdB + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c] * sEb[s]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(agm, m0, n0, kSlice,
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(agm, m0, n0, kSlice,
                                     [&](int t, int c) { return sP1[t * kLdA + c]; },
                                     [&](int c, int s) { return sP1[s * kLdA + c]; });
     }
@@ -806,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   {  // Y = dTm Tm^T (Y[t][u] = sum_{s <= t} dTm[t][s] Tm[u][s])
     float acc[kNT][4];
     zeroAcc(acc);
-    tileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, m0 + 16, [&](int t, int s) { return sT[t * kLdA + s]; },
                                   [&](int s, int u) { return tm(u, s); });
     forEachAcc(acc, m0, n0, [&](int t, int u, float& x) { sY[t * kLdB + u] = x; });
   }
@@ -815,7 +785,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     float acc[kNT][4];
     zeroAcc(acc);
     if (!upper)
-      tileProduct<kNT, Precise, kStagedSums<T>>(
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(
           acc, m0, n0, kC - m0, [&](int a, int kk) { return -sX[(m0 + kk) * kLdB + a]; },
           [&](int kk, int u) { return sY[(m0 + kk) * kLdB + u]; });
     float rb0 = 0.f, rb1 = 0.f, re0 = 0.f, re1 = 0.f;
@@ -858,15 +828,15 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     __syncthreads();
     float acc[kNT][4];
     zeroAcc(acc);
-    tileProduct<kNT, Precise, kStagedSums<T>>(
+    warpTileProduct<kNT, Precise, kStagedSums<T>>(
         acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
         [&](int kk, int c) { return sP0[(m0 + kk) * kLdB + c]; });
     forEachAcc(acc, m0, n0, [&](int s, int, float& x) { x *= sEb[s]; });
     if (want_db) rowSumsAtomic(acc, m0, n0, sDb, [&](int s, int c) { return sP1[s * kLdB + c]; });
     if (p.dk) {
-      tileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
                                     [&](int u, int c) { return sP1[u * kLdB + c]; });
-      tileProduct<kNT, Precise, kStagedSums<T>>(
+      warpTileProduct<kNT, Precise, kStagedSums<T>>(
           acc, m0, n0, kC - m0, [&](int s, int kk) { return sT[(m0 + kk) * kLdA + s]; },
           [&](int kk, int c) { return sP1[(m0 + kk) * kLdB + c]; });
       const float* part = p.dkpart + (tok0 * H + h) * DK + c0;

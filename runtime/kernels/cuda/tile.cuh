@@ -153,7 +153,11 @@ __device__ __forceinline__ void mma(float (&c)[4], const Frag<4, Precise>& a,
 /// acc[NT] (a 16 x 8*NT tile at rows m0.., cols n0..) += sum_{k < kdim} A(m, k) * B(k, n).
 /// A(m, k) and B(k, n) are functors returning fp32 (they may read shared memory and scale on the
 /// fly). kdim % 8 == 0. One warp; all lanes must call.
-template <int NT, bool Precise, typename FA, typename FB>
+/// Staged: each k-step's products go to a zeroed fragment that one fp32 add (round to nearest)
+/// puts into acc. The tensor cores' fp32 accumulation truncates (rounds toward zero): fed the
+/// running sum over a long k it biases the sum (~1e-5 relative at k = 256); staged, each
+/// truncation acts at the scale of 8 products.
+template <int NT, bool Precise, bool Staged = false, typename FA, typename FB>
 __device__ __forceinline__ void warpTileProduct(float (&acc)[NT][4], int m0, int n0, int kdim,
                                                 FA&& fa, FB&& fb) {
   const Lane ln;
@@ -168,7 +172,14 @@ __device__ __forceinline__ void warpTileProduct(float (&acc)[NT][4], int m0, int
       Frag<2, Precise> b;
       b.set(0, fb(k0 + ln.q, n0 + 8 * j + ln.g));
       b.set(1, fb(k0 + ln.q + 4, n0 + 8 * j + ln.g));
-      mma<Precise>(acc[j], a, b);
+      if constexpr (Staged) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        mma<Precise>(d, a, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
+      } else {
+        mma<Precise>(acc[j], a, b);
+      }
     }
   }
 }

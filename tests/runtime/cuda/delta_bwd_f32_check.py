@@ -38,7 +38,7 @@ import sys
 
 import numpy as np
 
-from delta_bwd_host_check import C, logsigmoid, reverse_tokens, round_f32
+from delta_bwd_host_check import C, TRI_INCL, TRI_STRICT, chunked, logsigmoid, reverse_tokens, round_f32
 
 F32 = np.float32
 
@@ -177,19 +177,10 @@ def forward_substitution(K, L):
 def sequence_backward(K, x, scale):
     """One (sequence, head): the five passes. x as delta_bwd_host_check.make_inputs."""
     T = len(x["g"])
-    nc = (T + C - 1) // C
-    pad = nc * C - T
-
-    def padded(a):
-        return np.concatenate([a, np.zeros((pad,) + a.shape[1:])]) if pad else a
-
-    q, k, v, do = (padded(x[n]) for n in ("q", "k", "v", "do"))
-    g, beta = padded(x["g"]), padded(x["beta"])
+    (q, k, v, do, g, beta), nc, sl = chunked(x)
     dk_, dv_ = q.shape[1], v.shape[1]
     nks = dk_ // 64
-    tri_s = np.tril(np.ones((C, C), bool), -1)
-    tri_i = np.tril(np.ones((C, C), bool))
-    sl = [slice(c * C, (c + 1) * C) for c in range(nc)]
+    tri_s, tri_i = TRI_STRICT, TRI_INCL
     sc = [chunk_scalars(K, g[s]) for s in sl]
 
     # Pass 1, prepKernel.

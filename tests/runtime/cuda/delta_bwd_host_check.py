@@ -176,8 +176,9 @@ def chunk_scalars(g, lc):
     return b, np.exp(b), np.exp(b[-1] - b), gam
 
 
-def chunk_backward(x, scale, r):
-    """The Hopper stages in float64 with the kernels' roundings r (Rounding)."""
+def chunked(x):
+    """One (sequence, head)'s inputs zero-padded to whole chunks: (q, k, v, do, g, beta), the chunk
+    count and the chunks' slices."""
     T = len(x["g"])
     nc = (T + C - 1) // C
     pad = nc * C - T
@@ -185,12 +186,20 @@ def chunk_backward(x, scale, r):
     def padded(a):
         return np.concatenate([a, np.zeros((pad,) + a.shape[1:])]) if pad else a
 
-    q, k, v, do = (padded(x[n]) for n in ("q", "k", "v", "do"))
-    g, beta = padded(x["g"]), padded(x["beta"])
+    return tuple(padded(x[n]) for n in ("q", "k", "v", "do", "g", "beta")), nc, \
+        [slice(c * C, (c + 1) * C) for c in range(nc)]
+
+
+TRI_STRICT = np.tril(np.ones((C, C), bool), -1)  # strict lower
+TRI_INCL = np.tril(np.ones((C, C), bool))        # lower incl.
+
+
+def chunk_backward(x, scale, r):
+    """The Hopper stages in float64 with the kernels' roundings r (Rounding)."""
+    T = len(x["g"])
+    (q, k, v, do, g, beta), nc, sl = chunked(x)
     dk_, dv_ = q.shape[1], v.shape[1]
-    tri_s = np.tril(np.ones((C, C), bool), -1)  # strict lower
-    tri_i = np.tril(np.ones((C, C), bool))      # lower incl.
-    sl = [slice(c * C, (c + 1) * C) for c in range(nc)]
+    tri_s, tri_i = TRI_STRICT, TRI_INCL
     sc = [chunk_scalars(g[s], 0) for s in sl]
 
     # Stage 1, delta_bwd_prepare: X, W, U, dD_local = A'^T dO per chunk.
