@@ -15,14 +15,15 @@ import torch.nn.functional as F
 import triton
 
 
-def inputs(B, T, H, D, dtype, decay, delta=False, bonus=False):
+def inputs(B, T, H, D, dtype, decay, delta=False, bonus=False, DV=None):
+    """q, k [B, T, H, D], v [B, T, H, DV] (DV = D unless given) and the case's gates."""
     dev = "cuda"
     q = torch.randn(B, T, H, D, device=dev, dtype=dtype)
     k = torch.randn(B, T, H, D, device=dev, dtype=dtype)
     if delta:
         q = F.normalize(q.float(), dim=-1).to(dtype)
         k = F.normalize(k.float(), dim=-1).to(dtype)
-    v = torch.randn(B, T, H, D, device=dev, dtype=dtype)
+    v = torch.randn(B, T, H, DV or D, device=dev, dtype=dtype)
     x = dict(q=q, k=k, v=v)
     if decay == "scalar":
         x["g"] = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32))
@@ -48,7 +49,9 @@ def fla_op(module, name):
         return missing
 
 
-def cases(B, T, H, D, dtype):
+def cases(B, T, H, D, dtype, DV=None):
+    """(name, fn, inputs) per fla op; DV (value dim) only where it may differ from D (the delta
+    rules: Gated DeltaNet's 340m heads are dk 256, dv 512)."""
     retention = fla_op("retention", "chunk_retention")
     simple_gla = fla_op("simple_gla", "chunk_simple_gla")
     gla = fla_op("gla", "chunk_gla")
@@ -62,8 +65,8 @@ def cases(B, T, H, D, dtype):
     yield "gla", lambda a: gla(a["q"], a["k"], a["v"], g=a["g"])[0], inputs(B, T, H, D, dtype, "diagonal")
     yield "hgrn2", lambda a: gla(a["q"], a["k"], a["v"], g=a["g"])[0], inputs(B, T, H, D, dtype, "diagonal")
     yield "rwkv6", lambda a: rwkv6(a["q"], a["k"], a["v"], a["g"], a["u"])[0], inputs(B, T, H, D, dtype, "diagonal", bonus=True)
-    yield "deltanet", lambda a: delta_rule(a["q"], a["k"], a["v"], a["beta"])[0], inputs(B, T, H, D, dtype, None, delta=True)
-    yield "gated_deltanet", lambda a: gated_delta(a["q"], a["k"], a["v"], a["g"], a["beta"])[0], inputs(B, T, H, D, dtype, "scalar", delta=True)
+    yield "deltanet", lambda a: delta_rule(a["q"], a["k"], a["v"], a["beta"])[0], inputs(B, T, H, D, dtype, None, delta=True, DV=DV)
+    yield "gated_deltanet", lambda a: gated_delta(a["q"], a["k"], a["v"], a["g"], a["beta"])[0], inputs(B, T, H, D, dtype, "scalar", delta=True, DV=DV)
     C = H * D
     yield "hgrn", lambda a: hgrn(a["x"], a["g"])[0], dict(
         x=torch.randn(B, T, C, device="cuda", dtype=dtype),
@@ -96,7 +99,8 @@ def wait_for(path, timeout_s):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--shape", default="8,4096,8,128")
+    p.add_argument("--shape", default="8,4096,8,128",
+                   help="B,T,H,D, or B,T,H,DKxDV for the delta rules' wide heads (e.g. 4,4096,4,256x512)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--go-file", default=None,
                    help="warm every case first, then wait for this file before timing (so Triton's "
@@ -115,10 +119,14 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from fla_guard import bypass_hopper_guard
         bypass_hopper_guard()
-    B, T, H, D = map(int, args.shape.split(","))
+    B, T, H, dims = args.shape.split(",")
+    B, T, H = int(B), int(T), int(H)
+    D, DV = (int(x) for x in dims.split("x")) if "x" in dims else (int(dims), None)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     torch.manual_seed(0)
-    all_cases = [c for c in cases(B, T, H, D, dtype) if args.only in (None, c[0])]
+    all_cases = [c for c in cases(B, T, H, D, dtype, DV) if args.only in (None, c[0])]
+    if DV is not None:
+        all_cases = [c for c in all_cases if c[0] in ("deltanet", "gated_deltanet")]
     if not all_cases:
         raise SystemExit(f"no case named {args.only!r}")
     if args.warm_only:
@@ -135,6 +143,8 @@ def main():
         wait_for(args.go_file, args.go_timeout)
     for name, fn, a in all_cases:
         row = dict(variant=name, backend="fla", B=B, T=T, H=H, D=D, dtype=args.dtype)
+        if DV is not None:
+            row.update(dk=D, dv=DV)
         if args.bypass_hopper_guard and name in GUARDED:
             row["guard_bypassed"] = True
         try:

@@ -49,7 +49,8 @@
 #     Each side has the GPU to itself while it is timed.
 #
 # Knobs (space-separated lists): VERIFY_SPECS, VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
-# (default: every op), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
+# (default: every op), FLA_WIDE_SHAPE (fla's Gated DeltaNet also at this B,T,H,DKxDV: default its 340m
+# heads, 4,4096,4,256x512; empty skips it), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
 # models), SANITIZE_FUSED (specs whose fused prologue path `linac verify` runs under compute-sanitizer
@@ -74,6 +75,7 @@ BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v gated_delta_diag)}
 FLA_OPS=${FLA_OPS:-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
 MODELS=${MODELS-gated_deltanet gla}
 WARM_OPS=${WARM_OPS:-$FLA_OPS}
+FLA_WIDE_SHAPE=${FLA_WIDE_SHAPE-4,4096,4,256x512}  # Gated DeltaNet's 340m heads for fla too; empty: none
 WARM_MODELS=${WARM_MODELS-$MODELS}
 BYPASS=(); [ "${FLA_BYPASS:-0}" = 1 ] && BYPASS=(--bypass-hopper-guard)
 start=$SECONDS
@@ -111,6 +113,11 @@ warm_fla() {
       "${BYPASS[@]}" > "$WARM/op_$c.$(basename "$cache").out" 2>&1 &
     pids+=($!)
   done
+  if [ -n "$FLA_WIDE_SHAPE" ]; then  # Gated DeltaNet at its 340m heads (autotune keys depend on dims)
+    TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only gated_deltanet \
+      --shape "$FLA_WIDE_SHAPE" --warm-only "${BYPASS[@]}" > "$WARM/op_gdn_wide.$(basename "$cache").out" 2>&1 &
+    pids+=($!)
+  fi
   [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
 }
 
@@ -251,6 +258,11 @@ lab() {
     TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" \
       >> "$OUT/fla_bench.jsonl" 2>> /tmp/fla_bench.err || echo "fla op $c failed or timed out"
   done
+  if [ -n "$FLA_WIDE_SHAPE" ]; then  # beside the lab's 'GDN 340m heads' rows
+    TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only gated_deltanet \
+      --shape "$FLA_WIDE_SHAPE" "${BYPASS[@]}" >> "$OUT/fla_bench.jsonl" 2>> /tmp/fla_bench.err \
+      || echo "fla gated_deltanet at $FLA_WIDE_SHAPE failed or timed out"
+  fi
   echo "fla ops done ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
   cat "$OUT/fla_bench.jsonl"
 }
