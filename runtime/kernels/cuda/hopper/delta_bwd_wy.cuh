@@ -13,7 +13,8 @@
 // X (in X^T Y) and dM enter in the input dtype; the elementwise sums read X and G in fp32.
 // Every global input arrives by cp.async with all copies in flight at once (dD and X through an
 // fp32 staging buffer, then split in shared memory); stage 4's dk part is copied into that buffer
-// while phases 1-3 run, so phase 4 reads it from shared memory.
+// once the last value block is split (while phases 2-3 run, and phase 1 with one value block),
+// so phase 4 reads it from shared memory.
 // Value dims above 128 stream through in blocks of VB = 64 columns (dv 512 whole would take 256
 // accumulator registers a thread and ~400 KB of tiles): block j + 1's dD and V are copied while
 // block j's products run (dD V^T accumulates over the blocks, dv is written per block). Key dims
