@@ -879,6 +879,10 @@ int main(int argc, char** argv) {
         runBwdCase(e);
         e.kind.decay = DecayClass::None; e.dtype = DType::F32; e.cu = {}; e.B = 2; e.T = 80; e.dk = 128; e.dv = 64;
         runBwdCase(e);
+        // the delta rule at dk 256, dv 512 (the wide Hopper backward under --hopper-wide-bwd):
+        // varlen with a partial chunk, so the sanitizers see its key and value blocks
+        runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 512,
+                    {0, 30, 70}});
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
     } else {
