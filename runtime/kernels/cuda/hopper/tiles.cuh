@@ -146,6 +146,11 @@ __device__ inline uint32_t lds32(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+__device__ inline uint16_t lds16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.b16 %0, [%1];\n" : "=h"(v) : "r"(addr) : "memory");
+  return v;
+}
 __device__ inline void sts128(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
@@ -174,6 +179,14 @@ __device__ uint32_t pack2(float lo, float hi) {
 template <class T>
 __device__ uint16_t pack1(float x) {
   return T(x).raw();
+}
+template <class T>
+__device__ float unpack1(uint16_t v) {
+  if constexpr (std::is_same_v<T, cute::bfloat16_t>) {
+    return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(&v));
+  } else {
+    return __half2float(*reinterpret_cast<const __half*>(&v));
+  }
 }
 template <class T>
 __device__ float2 unpack2(uint32_t v) {

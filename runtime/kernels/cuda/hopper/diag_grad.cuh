@@ -1,0 +1,516 @@
+// Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
+// HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}:
+// the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3, reading its pass 1's fp32
+// workspaces S_c and dS_{c+1} (that file's header states the maths; numpy transcription with this
+// kernel's roundings: tests/runtime/cuda/diag_bwd_host_check.py).
+//
+// One CTA of three warpgroups per (chunk slot, head). With b[t][c] the in-chunk cumulative
+// log-decay (double cumsum, kept fp32), bq_t = b_t (inclusive) or b_{t-1} (exclusive, b_{-1} = 0),
+// B = b_{C-1} and the block references R_m = b_{16 m + 15} (m = 0, 1, 2):
+//   D  = scale dO V^T (unmasked)                                                   warpgroup 0
+//   dq = scale e^{bq} . (dO S_c^T)                                                 warpgroup 0
+//        + sum_{j < 3} [t >= 16 (j + 1)] e^{bq_t - R_j} . (D[:, blk j] Ks[blk j])
+//        + sum_{s <= t (< t), s in blk(t)} D[t][s] k_s e^{bq_t - b_s}             (elementwise)
+//   dk = e^{B - b} . (V dS^T)                                                      warpgroup 1
+//        + sum_{i >= 1} [s < 16 i] e^{R_{i-1} - b_s} . (D[blk i, :]^T Qs[blk i])
+//        + sum_{t >= s (> s), t in blk(s)} D[t][s] q_t e^{bq_t - b_s}             (elementwise)
+//   dv = (K e^{B - b}) dS + A^T dO,   A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] (s < 16 i),
+//        diagonal blocks elementwise, zero where t < s                             warpgroup 2
+// with Ks[blk j] = k e^{R_j - b}, Qs[blk i] = q e^{bq - R_{i-1}} and Kr_i[s] = k_s e^{R_{i-1} - b_s}
+// for s < 16 i (zero below): every exponent is <= 0, strong gates underflow to 0, never overflow.
+// The 16-token factorisation is diagonal_prepare.cuh's; a block product is one k block (16) of a
+// 64-row wgmma, so each reference costs one instruction group of K = 16, not a 16-row tile.
+// Exclusive bonus: dq_t += D[t][t] u k_t, dk_t += D[t][t] u q_t, A[t][t] = q_t . (u k_t), and the
+// d_u partial sum_t D[t][t] q_t k_t per (slot, head) (chunk_backward_diagonal.cu's pass 4 sums).
+// d_g per channel, chunk-local (nothing large cancels), with dq' = dq without the bonus:
+//   dg_t = e^B <S_c, dS_{c+1}> + sum_{t' >= t} (q dq' - k dk_intra)_t' + sum_{s < t} (k dk_inter)_s
+//          [- q_t dq'_t exclusive]
+// k dk_inter is parked in dg's own output rows (written, then read back by the same CTA), the
+// other two in shared memory the tiles free at the end. Every output is written once.
+// Roundings: S_c, dS_{c+1}, D, Ks, Qs, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums
+// and the elementwise diagonal blocks are fp32.
+#pragma once
+
+#include "../chunk_slots.cuh"
+#include "../cuda_check.h"
+#include "chunk_grad.cuh"
+#include "diag_grad_params.h"
+#include "diagonal_prepare.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kDiagGradThreads = 3 * kWarpgroupThreads;
+constexpr int kDiagBlock = 16;                     // token block of the factorisation
+constexpr int kDiagRefs = kChunk / kDiagBlock - 1; // references R_0 .. R_2
+
+template <class T, int DK, int DV>
+struct DiagGradTiles {
+  static constexpr int C = kChunk;
+  using G = ChunkGradTiles<T, DK, DV>;
+  using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::K, GMMA::Major::MN>;  // A^T dO
+  static_assert(DK % 64 == 0 && DV >= C, "b's swizzle spans 64 channels; the d_g staging fits");
+  struct Operands {  // live until the last product
+    alignas(1024) T s[cosize_v<typename G::St>];    // S_c [d, v]
+    alignas(1024) T ds[cosize_v<typename G::St>];   // dS_{c+1} [d, v]
+    alignas(1024) T d[cosize_v<typename G::Sq>];    // D [t, s]
+    alignas(1024) T at[cosize_v<typename G::Sq>];   // A^T [s, t]
+    alignas(1024) T x[cosize_v<typename G::Qk>];    // K e^{B - b}, then Kr_1 .. Kr_3 [s, c]
+  };
+  struct Staging {  // after it: d_g's per-(t, c) terms, fp32, b's layout
+    float p[C * DK];    // q dq'
+    float kin[C * DK];  // k dk_intra, then the suffix sums
+  };
+  struct Smem {
+    alignas(1024) T q[cosize_v<typename G::Qk>];
+    alignas(1024) T k[cosize_v<typename G::Qk>];
+    alignas(1024) T v[cosize_v<typename G::Vo>];
+    alignas(1024) T o[cosize_v<typename G::Vo>];
+    alignas(1024) T ks[cosize_v<typename G::Qk>];   // Ks [s, c]
+    alignas(1024) T qs[cosize_v<typename G::Qk>];   // Qs [t, c]
+    union Late {
+      Operands op;
+      Staging st;
+    } late;
+    alignas(16) float b[C * DK];  // g, then b; element (t, c) at bIndex(t, c)
+    float zdot[DK];               // <S_c[c, :], dS_{c+1}[c, :]>
+    float ddiag[C];               // D[t][t], fp32
+    float u[DK];
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+/// b's element (t, c): rows of DK floats, 8-float groups XOR-swizzled by t mod 8, so the eight row
+/// groups of a wgmma accumulator read distinct banks (pairs (c, c + 1), c even, stay adjacent).
+template <int DK>
+__device__ __forceinline__ int bIndex(int t, int c) {
+  return t * DK + (c ^ ((t & 7) << 3));
+}
+
+/// Barrier over the whole CTA, called from each warpgroup's own branch (bar.sync counts warps, so
+/// the three call sites meet).
+__device__ __forceinline__ void ctaBarrier() { asm volatile("bar.sync 0;\n" ::: "memory"); }
+
+/// Barrier over one warpgroup (ids 1..3; 0 is the CTA's).
+__device__ __forceinline__ void warpgroupBarrier(int wg) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(wg + 1), "n"(kWarpgroupThreads) : "memory");
+}
+
+template <class T, int DK, int DV>
+__global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const DiagGradParams p) {
+  using Tiles = DiagGradTiles<T, DK, DV>;
+  using G = typename Tiles::G;
+  constexpr int C = Tiles::C, NB = kDiagBlock;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+
+  int n;
+  int64_t bos, len, chunk, coff;
+  if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
+  const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
+  const int h = blockIdx.y, H = p.heads;
+  const int64_t tok0 = bos + chunk * C, slot = coff + chunk;
+  const int rows = int(len - chunk * C < C ? len - chunk * C : C);
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const bool excl = p.exclusive != 0, wantDg = p.dg != nullptr;
+  const float scale = p.scale;
+
+  const auto tQ = smemTile(sm.q, typename G::Qk{});
+  const auto tQt = smemTile(sm.q, typename G::QkT{});
+  const auto tK = smemTile(sm.k, typename G::Qk{});
+  const auto tV = smemTile(sm.v, typename G::Vo{});
+  const auto tO = smemTile(sm.o, typename G::Vo{});
+  const auto tOt = smemTile(sm.o, typename G::VoT{});
+  const auto tKs = smemTile(sm.ks, typename G::Qk{});
+  const auto tKst = smemTile(sm.ks, typename G::QkT{});
+  const auto tQs = smemTile(sm.qs, typename G::Qk{});
+  const auto tQst = smemTile(sm.qs, typename G::QkT{});
+  const auto tS = smemTile(sm.late.op.s, typename G::St{});
+  const auto tDS = smemTile(sm.late.op.ds, typename G::St{});
+  const auto tDSt = smemTile(sm.late.op.ds, typename G::StT{});
+  const auto tD = smemTile(sm.late.op.d, typename G::Sq{});
+  const auto tDt = smemTile(sm.late.op.d, typename G::SqT{});
+  const auto tAt = smemTile(sm.late.op.at, typename G::Sq{});
+  const auto tX = smemTile(sm.late.op.x, typename G::Qk{});
+
+  auto b = [&](int t, int c) { return sm.b[bIndex<DK>(t, c)]; };
+  auto b2 = [&](int t, int c) { return *reinterpret_cast<const float2*>(&sm.b[bIndex<DK>(t, c)]); };
+  auto bq2 = [&](int t, int c) {
+    const int i = excl ? t - 1 : t;
+    return i < 0 ? make_float2(0.f, 0.f) : b2(i, c);
+  };
+  auto ref2 = [&](int m, int c) { return b2(NB * m + NB - 1, c); };  // R_m
+  auto exp2f2 = [](float2 x) { return make_float2(__expf(x.x), __expf(x.y)); };
+  auto sub2 = [](float2 x, float2 y) { return make_float2(x.x - y.x, x.y - y.y); };
+
+  // ---- loads: q, k, v, d_o, g (cp.async); S_c, dS_{c+1} (fp32 -> T, with <S_c, dS> per row) --
+  {
+    const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+    loadTile<false, C, DK, kDiagGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
+    loadTile<false, C, DK, kDiagGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+    loadTile<false, C, DV, kDiagGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
+    loadTile<false, C, DV, kDiagGradThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV, rowV, rows);
+    const float* g = p.g + offK;
+    for (int i = tid; i < C * DK / 4; i += kDiagGradThreads) {
+      const int t = i / (DK / 4), c = (i % (DK / 4)) * 4;
+      const bool valid = t < rows;
+      copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.b[bIndex<DK>(t, c)])),
+             g + (valid ? t * rowK + c : 0), valid);
+    }
+    copyCommit();
+    if (excl)
+      for (int c = tid; c < DK; c += kDiagGradThreads) sm.u[c] = p.u[int64_t(h) * DK + c];
+    for (int i = tid; i < C * C; i += kDiagGradThreads) sts16(tAt.at(i / C, i % C), 0);
+    const int64_t st = (slot * H + h) * int64_t(DK) * DV;
+    constexpr int kVecs = DV / 8;  // 8-element vectors per state row
+    static_assert((DK * kVecs) % 32 == 0 && kVecs <= 32, "whole warps per pass, rows within a warp");
+    for (int i = tid; i < DK * kVecs; i += kDiagGradThreads) {
+      const int d = i / kVecs, c = (i % kVecs) * 8;
+      const float4* ps = reinterpret_cast<const float4*>(p.states + st + int64_t(d) * DV + c);
+      const float4* pd = reinterpret_cast<const float4*>(p.dstates + st + int64_t(d) * DV + c);
+      const float4 s0 = ps[0], s1 = ps[1], d0 = pd[0], d1 = pd[1];
+      sts128(tS.at(d, c), make_uint4(pack2<T>(s0.x, s0.y), pack2<T>(s0.z, s0.w), pack2<T>(s1.x, s1.y),
+                                     pack2<T>(s1.z, s1.w)));
+      sts128(tDS.at(d, c), make_uint4(pack2<T>(d0.x, d0.y), pack2<T>(d0.z, d0.w), pack2<T>(d1.x, d1.y),
+                                      pack2<T>(d1.z, d1.w)));
+      float dot = s0.x * d0.x + s0.y * d0.y + s0.z * d0.z + s0.w * d0.w + s1.x * d1.x + s1.y * d1.y +
+                  s1.z * d1.z + s1.w * d1.w;
+      CUTE_UNROLL
+      for (int o = kVecs / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (i % kVecs == 0) sm.zdot[d] = dot;
+    }
+    copyWait<0>();
+    __syncthreads();
+    for (int c = tid; c < DK; c += kDiagGradThreads) {  // b: cumsum along t, in double
+      double run = 0.0;
+      for (int t = 0; t < C; ++t) {
+        run += sm.b[bIndex<DK>(t, c)];
+        sm.b[bIndex<DK>(t, c)] = float(run);
+      }
+    }
+    __syncthreads();
+    // Ks (blocks 0..2, reference R_block) and Qs (blocks 1..3, reference R_{block - 1}).
+    for (int i = tid; i < C * DK / 2; i += kDiagGradThreads) {
+      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2, m = t / NB;
+      const float2 kk = unpack2<T>(lds32(tK.at(t, c))), qq = unpack2<T>(lds32(tQ.at(t, c)));
+      float2 fk = make_float2(0.f, 0.f), fq = make_float2(0.f, 0.f);
+      if (m < kDiagRefs) fk = exp2f2(sub2(ref2(m, c), b2(t, c)));
+      if (m > 0) fq = exp2f2(sub2(bq2(t, c), ref2(m - 1, c)));
+      sts32(tKs.at(t, c), pack2<T>(kk.x * fk.x, kk.y * fk.y));
+      sts32(tQs.at(t, c), pack2<T>(qq.x * fq.x, qq.y * fq.y));
+    }
+    fenceToAsyncProxy();
+    __syncthreads();
+  }
+
+  // Each warpgroup runs its own phases between CTA barriers (its accumulators live only in its
+  // branch): 1. D and dq_inter (0), dk_inter (1), A^T (2); 2. dq and dk off-diagonal blocks, then
+  // their diagonal blocks (0, 1), dv (2); 3. d_g's per-(t, c) terms into the freed operand tiles,
+  // the bonus, dq and dk stored (0, 1), the d_u partials (2).
+  typename G::MmaXS mmaXS;
+  const auto cX = accCoords<C, DK>(mmaXS);
+  float* stP = sm.late.st.p;
+  float* stK = sm.late.st.kin;
+  const float* u = sm.u;
+  if (wg == 0) {
+    Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});  // dq
+    {
+      typename G::MmaOV mma;
+      auto thr = mma.get_thread_slice(wtid);
+      Tensor accD = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
+      issue(accD);
+      gemm<true>(mma, thr.partition_fragment_A(tO.tensor()(_, _, 0)),
+                 thr.partition_fragment_B(tV.tensor()(_, _, 0)), accD);
+      commitAndWait(accD);
+      forEachPair<typename G::MmaOV>(accCoords<C, C>(mma), [&](int i, int t, int s) {
+        const float d0 = scale * accD(i), d1 = scale * accD(i + 1);
+        sts32(tD.at(t, s), pack2<T>(d0, d1));
+        if (s == t) sm.ddiag[t] = d0;
+        if (s + 1 == t) sm.ddiag[t] = d1;
+      });
+      auto thrX = mmaXS.get_thread_slice(wtid);
+      issue(acc);
+      gemm<true>(mmaXS, thrX.partition_fragment_A(tO.tensor()(_, _, 0)),
+                 thrX.partition_fragment_B(tS.tensor()(_, _, 0)), acc);
+      commitAndWait(acc);
+      forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
+        const float2 f = exp2f2(bq2(t, c));
+        acc(i) *= scale * f.x;
+        acc(i + 1) *= scale * f.y;
+      });
+    }
+    fenceToAsyncProxy();
+    ctaBarrier();
+    {
+      typename G::MmaDK mma;
+      auto thr = mma.get_thread_slice(wtid);
+      const auto fA = thr.partition_fragment_A(tD.tensor()(_, _, 0));
+      const auto fB = thr.partition_fragment_B(tKst.tensor()(_, _, 0));
+      Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
+#pragma unroll 1
+      for (int j = 0; j < kDiagRefs; ++j) {  // s in block j: rows t in later blocks
+        issue(tmp);
+        mma.accumulate_ = GMMA::ScaleOut::Zero;
+        cute::gemm(mma, fA(_, _, j), fB(_, _, j), tmp);
+        commitAndWait(tmp);
+        forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
+          if (t >= NB * (j + 1)) {
+            const float2 f = exp2f2(sub2(bq2(t, c), ref2(j, c)));
+            acc(i) += f.x * tmp(i);
+            acc(i + 1) += f.y * tmp(i + 1);
+          }
+        });
+      }
+      // diagonal block: s from the block start to t (t - 1 exclusive); s outermost, so only
+      // the accumulators stay live across the loop
+#pragma unroll 1
+      for (int si = 0; si < NB; ++si)
+        forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
+          const int s = (t & ~(NB - 1)) + si;
+          if (s <= (excl ? t - 1 : t)) {
+            const float dts = unpack1<T>(lds16(tD.at(t, s)));
+            const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
+            acc(i) += dts * kk.x * f.x;
+            acc(i + 1) += dts * kk.y * f.y;
+          }
+        });
+    }
+    ctaBarrier();  // every product done: the operand tiles are free for d_g's staging
+    {
+      T* dq = static_cast<T*>(p.dq) + tok0 * rowK + int64_t(h) * DK;
+      forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
+        const float2 qq = unpack2<T>(lds32(tQ.at(t, c)));
+        if (wantDg)
+          *reinterpret_cast<float2*>(&stP[bIndex<DK>(t, c)]) = make_float2(qq.x * acc(i), qq.y * acc(i + 1));
+        float x0 = acc(i), x1 = acc(i + 1);
+        if (excl) {
+          const float2 kk = unpack2<T>(lds32(tK.at(t, c)));
+          x0 += sm.ddiag[t] * u[c] * kk.x;
+          x1 += sm.ddiag[t] * u[c + 1] * kk.y;
+        }
+        if (p.dq && t < rows) *reinterpret_cast<uint32_t*>(dq + t * rowK + c) = pack2<T>(x0, x1);
+      });
+    }
+  } else if (wg == 1) {
+    Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});  // dk
+    {
+      auto thrX = mmaXS.get_thread_slice(wtid);
+      issue(acc);
+      gemm<true>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)),
+                 thrX.partition_fragment_B(tDS.tensor()(_, _, 0)), acc);
+      commitAndWait(acc);
+      float* dg = p.dg + tok0 * rowK + int64_t(h) * DK;
+      forEachPair<typename G::MmaXS>(cX, [&](int i, int s, int c) {
+        const float2 f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
+        acc(i) *= f.x;
+        acc(i + 1) *= f.y;
+        if (wantDg && s < rows) {  // k dk_inter, read back in phase 3
+          const float2 kk = unpack2<T>(lds32(tK.at(s, c)));
+          *reinterpret_cast<float2*>(dg + s * rowK + c) = make_float2(kk.x * acc(i), kk.y * acc(i + 1));
+        }
+      });
+    }
+    fenceToAsyncProxy();
+    ctaBarrier();
+    {
+      typename G::MmaDtQ mma;
+      auto thr = mma.get_thread_slice(wtid);
+      const auto fA = thr.partition_fragment_A(tDt.tensor()(_, _, 0));
+      const auto fB = thr.partition_fragment_B(tQst.tensor()(_, _, 0));
+      Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
+#pragma unroll 1
+      for (int i = 1; i <= kDiagRefs; ++i) {  // t in block i: rows s in earlier blocks
+        issue(tmp);
+        mma.accumulate_ = GMMA::ScaleOut::Zero;
+        cute::gemm(mma, fA(_, _, i), fB(_, _, i), tmp);
+        commitAndWait(tmp);
+        forEachPair<typename G::MmaXS>(cX, [&](int r, int s, int c) {
+          if (s < NB * i) {
+            const float2 f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
+            acc(r) += f.x * tmp(r);
+            acc(r + 1) += f.y * tmp(r + 1);
+          }
+        });
+      }
+      // diagonal block: t from s (s + 1 exclusive) to the block end, t outermost
+#pragma unroll 1
+      for (int ti = 0; ti < NB; ++ti)
+        forEachPair<typename G::MmaXS>(cX, [&](int r, int s, int c) {
+          const int t = (s & ~(NB - 1)) + ti;
+          if (t >= (excl ? s + 1 : s)) {
+            const float dts = unpack1<T>(lds16(tD.at(t, s)));
+            const float2 qq = unpack2<T>(lds32(tQ.at(t, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
+            acc(r) += dts * qq.x * f.x;
+            acc(r + 1) += dts * qq.y * f.y;
+          }
+        });
+    }
+    ctaBarrier();
+    {
+      T* dk = static_cast<T*>(p.dk) + tok0 * rowK + int64_t(h) * DK;
+      forEachPair<typename G::MmaXS>(cX, [&](int i, int s, int c) {
+        const float2 kk = unpack2<T>(lds32(tK.at(s, c)));
+        if (wantDg)  // k dk; phase 4 subtracts k dk_inter
+          *reinterpret_cast<float2*>(&stK[bIndex<DK>(s, c)]) = make_float2(kk.x * acc(i), kk.y * acc(i + 1));
+        float x0 = acc(i), x1 = acc(i + 1);
+        if (excl) {
+          const float2 qq = unpack2<T>(lds32(tQ.at(s, c)));
+          x0 += sm.ddiag[s] * u[c] * qq.x;
+          x1 += sm.ddiag[s] * u[c + 1] * qq.y;
+        }
+        if (p.dk && s < rows) *reinterpret_cast<uint32_t*>(dk + s * rowK + c) = pack2<T>(x0, x1);
+      });
+    }
+  } else {
+    typename G::MmaKdS mmaKdS;
+    const auto cV = accCoords<C, DV>(mmaKdS);
+    {
+      // A^T's diagonal blocks: warp w takes block w, a lane DK / 32 channels; the sum over
+      // channels by reduceScatter16 (diagonal_prepare.cuh). Exclusive: A[t][t] = q_t . (u k_t).
+      constexpr int CPL = DK / 32;
+      const int warp = wtid / 32, lane = wtid % 32, c0 = lane * CPL, s0 = warp * NB;
+      for (int si = 0; si < NB; ++si) {
+        const int s = s0 + si;
+        float kk[CPL], bs[CPL];
+        CUTE_UNROLL
+        for (int j = 0; j < CPL; j += 2) {
+          const float2 x = unpack2<T>(lds32(tK.at(s, c0 + j))), y = b2(s, c0 + j);
+          kk[j] = x.x; kk[j + 1] = x.y; bs[j] = y.x; bs[j + 1] = y.y;
+        }
+        float part[NB];
+        CUTE_UNROLL
+        for (int ti = 0; ti < NB; ++ti) {
+          part[ti] = 0.f;
+          const int t = s0 + ti;
+          if (ti < si) continue;
+          CUTE_UNROLL
+          for (int j = 0; j < CPL; j += 2) {
+            const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
+            if (excl && ti == si) {
+              part[ti] += qq.x * sm.u[c0 + j] * kk[j] + qq.y * sm.u[c0 + j + 1] * kk[j + 1];
+            } else {
+              const float2 bt = bq2(t, c0 + j);
+              part[ti] += qq.x * kk[j] * __expf(bt.x - bs[j]) + qq.y * kk[j + 1] * __expf(bt.y - bs[j + 1]);
+            }
+          }
+        }
+        const float sum = reduceScatter16(part, lane);
+        const int ti = lane >> 1;
+        if ((lane & 1) == 0 && ti >= si) sts16(tAt.at(s, s0 + ti), pack1<T>(scale * sum));
+      }
+      // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i
+      typename G::MmaQK mma;
+      auto thr = mma.get_thread_slice(wtid);
+      Tensor accA = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
+      const auto cA = accCoords<C, C>(mma);
+      for (int i = 1; i <= kDiagRefs; ++i) {
+        warpgroupBarrier(wg);  // the previous product has read x
+        for (int e = wtid; e < C * DK / 2; e += kWarpgroupThreads) {
+          const int s = e / (DK / 2), c = (e % (DK / 2)) * 2;
+          uint32_t w = 0;
+          if (s < NB * i) {
+            const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
+            w = pack2<T>(kk.x * f.x, kk.y * f.y);
+          }
+          sts32(tX.at(s, c), w);
+        }
+        fenceToAsyncProxy();
+        warpgroupBarrier(wg);
+        issue(accA);
+        gemm<true>(mma, thr.partition_fragment_A(tX.tensor()(_, _, 0)),
+                   thr.partition_fragment_B(tQs.tensor()(_, _, 0)), accA);
+        commitAndWait(accA);
+        forEachPair<typename G::MmaQK>(cA, [&](int r, int s, int t) {
+          if (s < NB * i && t / NB == i) sts32(tAt.at(s, t), pack2<T>(scale * accA(r), scale * accA(r + 1)));
+        });
+      }
+    }
+    fenceToAsyncProxy();
+    ctaBarrier();
+    {
+      // x <- K e^{B - b}; dv = x dS, then dv += A^T dO
+      for (int i = wtid; i < C * DK / 2; i += kWarpgroupThreads) {
+        const int s = i / (DK / 2), c = (i % (DK / 2)) * 2;
+        const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
+        sts32(tX.at(s, c), pack2<T>(kk.x * f.x, kk.y * f.y));
+      }
+      fenceToAsyncProxy();
+      warpgroupBarrier(wg);
+      auto thrV = mmaKdS.get_thread_slice(wtid);
+      Tensor accV = partition_fragment_C(mmaKdS, Shape<Int<C>, Int<DV>>{});  // dv
+      issue(accV);
+      gemm<true>(mmaKdS, thrV.partition_fragment_A(tX.tensor()(_, _, 0)),
+                 thrV.partition_fragment_B(tDSt.tensor()(_, _, 0)), accV);
+      commitAndWait(accV);
+      typename Tiles::MmaAtO mma;
+      auto thr = mma.get_thread_slice(wtid);
+      issue(accV);
+      gemm<false>(mma, thr.partition_fragment_A(tAt.tensor()(_, _, 0)),
+                  thr.partition_fragment_B(tOt.tensor()(_, _, 0)), accV);
+      commitAndWait(accV);
+      if (p.dv) {
+        T* dv = static_cast<T*>(p.dv) + tok0 * rowV + int64_t(h) * DV;
+        forEachPair<typename G::MmaKdS>(cV, [&](int i, int s, int c) {
+          if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(accV(i), accV(i + 1));
+        });
+      }
+    }
+    ctaBarrier();
+    if (excl && p.du_part) {  // sum_t D[t][t] q_t k_t per channel
+      for (int c = wtid; c < DK; c += kWarpgroupThreads) {
+        float a = 0.f;
+        for (int t = 0; t < rows; ++t) {
+          const float2 qq = unpack2<T>(lds32(tQ.at(t, c & ~1))), kk = unpack2<T>(lds32(tK.at(t, c & ~1)));
+          a += sm.ddiag[t] * ((c & 1) ? qq.y * kk.y : qq.x * kk.x);
+        }
+        p.du_part[(slot * H + h) * DK + c] = a;
+      }
+    }
+  }
+  if (!wantDg) return;
+  __syncthreads();
+
+  // ---- phase 4: dg_t = Z + sum_{t' >= t} (p - kin)_t' + sum_{s < t} E_s [- p_t], a thread per
+  // channel, with kin = k dk - E and E = k dk_inter parked in dg's rows: an ascending pass turns
+  // kin into p - kin and dg's rows into the exclusive prefix sums of E, a descending one adds the
+  // suffix sums and Z.
+  if (tid < DK) {
+    const int c = tid;
+    float* dg = p.dg + tok0 * rowK + int64_t(h) * DK + c;
+    float prefix = 0.f;
+    for (int t = 0; t < C; ++t) {
+      const float e = t < rows ? dg[t * rowK] : 0.f;
+      stK[bIndex<DK>(t, c)] = stP[bIndex<DK>(t, c)] - (stK[bIndex<DK>(t, c)] - e);
+      if (t < rows) dg[t * rowK] = prefix;
+      prefix += e;
+    }
+    const float z = __expf(b(C - 1, c)) * sm.zdot[c];
+    float suffix = 0.f;
+    for (int t = C - 1; t >= 0; --t) {
+      suffix += stK[bIndex<DK>(t, c)];
+      if (t < rows) {
+        const float x = (z + suffix) + dg[t * rowK];
+        dg[t * rowK] = excl ? x - stP[bIndex<DK>(t, c)] : x;
+      }
+    }
+  }
+}
+
+/// The stage over every chunk slot and head (diag_grad_<dtype>.cu instantiate it).
+template <class T, int DK, int DV>
+void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
+  auto kernel = diagGradKernel<T, DK, DV>;
+  constexpr size_t bytes = DiagGradTiles<T, DK, DV>::kSmemBytes;
+  LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<dim3(unsigned(slots), p.heads), kDiagGradThreads, bytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::diagGradKernel");
+}
+
+}  // namespace linac::kernels::cuda::hopper
+
+// Used inside namespace linac::kernels::cuda::hopper.
+#define LINAC_HOPPER_DIAG_GRAD_INSTANTIATE(T)                                              \
+  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, cudaStream_t);     \
+  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, cudaStream_t);    \
+  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, cudaStream_t);    \
+  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, cudaStream_t);
