@@ -30,6 +30,9 @@
 //             dv_s     = (K . e^{B - b})_s dS_{c+1} + sum_t A[t][s] do_t
 //                        [+ scale (q_s . (u * k_s)) do_s exclusive]
 //   pass 4  diagDuKernel sums d_u.
+// Passes 2 and 3 run as one wgmma stage instead (hopper/diag_grad.cuh, the same sums with the
+// 16-token factorisation on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200,
+// opt-in with LINAC_HOPPER_DIAG_BWD=1 until it has run there.
 //
 // d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
 // into straddling-pair terms only (as the additive path does for the scalar class):
@@ -60,6 +63,9 @@
 // [slots, H, dk].
 #include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
+#ifdef LINAC_HAVE_HOPPER
+#include "hopper/hopper_backward.h"
+#endif
 
 #include "cuda_check.h"
 #include "tile.cuh"
@@ -706,13 +712,45 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     kernel<<<dim3(nvb, H * nks, 2 * N), kThreads, ScanSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("diagStateScanKernel");
   }
-  if (slots > 0 && (p.dq || p.dk || want_dg || want_du)) {
+  bool hopper_grad = false;  // passes 2 and 3 on the Hopper stage (hopper/diag_grad.cuh)
+#ifdef LINAC_HAVE_HOPPER
+  if constexpr (!kF32) {
+    const DType dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
+    hopper_grad = hopper::diagonalGradSupported(dtype, s);
+    if (hopper_grad) {
+      hopper::DiagGradParams hp{};
+      hp.q = p.q;
+      hp.k = p.k;
+      hp.v = p.v;
+      hp.d_o = p.d_o;
+      hp.g = p.g;
+      hp.u = p.u;
+      hp.states = p.states;
+      hp.dstates = p.dstates;
+      hp.dq = p.dq;
+      hp.dk = p.dk;
+      hp.dv = p.dv;
+      hp.dg = p.dg;
+      hp.du_part = p.du_part;
+      hp.cu_seqlens = p.cu_seqlens;
+      hp.seq_len = p.seq_len;
+      hp.chunks_per_seq = p.chunks_per_seq;
+      hp.num_seqs = p.num_seqs;
+      hp.heads = p.heads;
+      hp.value_dim = p.value_dim;
+      hp.scale = p.scale;
+      hp.exclusive = p.exclusive;
+      hopper::diagonalGrad(dtype, s, hp, slots, stream);
+    }
+  }
+#endif
+  if (!hopper_grad && slots > 0 && (p.dq || p.dk || want_dg || want_du)) {
     auto kernel = diagDqdkKernel<T, DK, PreciseState>;
     setSmem(kernel, DqdkSmem::bytes);
     kernel<<<dim3(unsigned(slots), H, nks), kThreads, DqdkSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("diagDqdkKernel");
   }
-  if (slots > 0 && p.dv) {
+  if (!hopper_grad && slots > 0 && p.dv) {
     auto kernel = diagDvKernel<T, DK, PreciseDv>;
     setSmem(kernel, DvSmem::bytes);
     kernel<<<dim3(unsigned(slots), H, nvb), kThreads, DvSmem::bytes, stream>>>(p);

@@ -9,7 +9,7 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--hopper-wide]
-//                       [--hopper-wide-bwd]
+//                       [--hopper-wide-bwd] [--hopper-diag-bwd]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -24,6 +24,9 @@
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
 //                 (LINAC_HOPPER_WIDE_BWD=1, opt-in: the dk 256 x dv 512 backward cases, and the
 //                 'GDN 340m heads' backward timing's 'hopper bwd' column)
+//   --hopper-diag-bwd  the diagonal decay's backward (GLA, HGRN-2, RWKV-6) takes the Hopper
+//                 gradient stage for bf16 / fp16 at dk, dv in {64, 128} (LINAC_HOPPER_DIAG_BWD=1,
+//                 opt-in: every diagonal backward case, and the GLA / RWKV-6 backward timings)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -747,6 +750,7 @@ void benchBackward() {
       {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.604, false},
       {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.622, true},
       {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 2.994, true},
+      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.0, true},
       {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 1.458, false},
       {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 2.259, true},
   };  // fla 0.6.0 fwd+bwd, same H200, 2026-12-03 (bench/NOTES.md, "Hopper forward on wgmma")
@@ -824,6 +828,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-diag-bwd")) setenv("LINAC_HOPPER_DIAG_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -874,6 +879,10 @@ int main(int argc, char** argv) {
         runBwdCase(d);
         d.kind.readout = Readout::ExclusiveBonus; d.dtype = DType::F32; d.cu = {}; d.B = 2; d.T = 80; d.dk = 128; d.dv = 64;
         runBwdCase(d);
+        // ... and its Hopper gradient stage under --hopper-diag-bwd: exclusive + bonus, varlen with
+        // partial chunks, dk 128 > dv
+        runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 128, 64,
+                    {0, 20, 150}});
         // tensor-core delta path (chunk_backward_delta.cu): gated varlen, then no decay
         Case e{{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 64, 128, {0, 30, 70}};
         runBwdCase(e);
@@ -964,6 +973,17 @@ int main(int argc, char** argv) {
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
+        // the diagonal decay's shapes for its Hopper gradient stage (--hopper-diag-bwd): dk = dv =
+        // 128 varlen with lengths 1, 63, 65, 71, 100 and strong gates, both readouts; fp16 dk 64 <
+        // dv over four chunks; null d_q and d_g
+        for (auto ro : readouts) {
+          const RecurrenceKind gk{DecayClass::Diagonal, UpdateRule::Additive, ro};
+          Case c{gk, DType::BF16, 1, 300, 2, 128, 128, {0, 1, 64, 129, 200, 300}};
+          c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+          runBwdCase({gk, DType::F16, 2, 256, 1, 64, 128, {}});
+          Case n{gk, DType::BF16, 2, 90, 2, 128, 64, {}};
+          n.all_grads = false; runBwdCase(n);
+        }
         // the delta rule's shapes for the Hopper backward (taken with --hopper-bwd, else by
         // chunk_backward_delta.cu): varlen with lengths 1, 63, 65, 71, 100; dk = dv = 128 varlen
         // without h0 / d_ht; dk 128 > dv over four chunks; null d_q and d_g; fp16 too.

@@ -2,7 +2,8 @@
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads, opt-in with LINAC_HOPPER_WIDE_BWD=1 until
-// it has run on an H200).
+// it has run on an H200), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
+// by chunk_backward_diagonal.cu; opt-in with LINAC_HOPPER_DIAG_BWD=1 until it has run on an H200).
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
@@ -21,6 +22,8 @@ namespace linac::kernels::cuda::hopper {
 
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
+template <class T, int DK, int DV>
+void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream);
@@ -98,13 +101,47 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
 }
 
+template <class T>
+void runDiagDims(const RecurrenceShape& s, const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
+  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
+  if (k64 && v64) runDiagGrad<T, 64, 64>(p, slots, stream);
+  else if (k64) runDiagGrad<T, 64, 128>(p, slots, stream);
+  else if (v64) runDiagGrad<T, 128, 64>(p, slots, stream);
+  else runDiagGrad<T, 128, 128>(p, slots, stream);
+}
+
 /// The delta rule's wide heads (dk 256, dv 512), while they are opt-in.
 bool wideDeltaBackwardEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_WIDE_BWD");
   return env != nullptr && std::string(env) == "1";
 }
 
+/// The diagonal decay's gradient stage, while it is opt-in (LINAC_HOPPER_BWD=0 turns it off too,
+/// as it does every Hopper backward).
+bool diagonalGradEnabled() {
+  const char* env = std::getenv("LINAC_HOPPER_DIAG_BWD");
+  const char* all = std::getenv("LINAC_HOPPER_BWD");
+  return env != nullptr && std::string(env) == "1" && (all == nullptr || std::string(all) != "0");
+}
+
 }  // namespace
+
+bool diagonalGradSupported(DType dtype, const RecurrenceShape& s) {
+  if (dtype == DType::F32 || !diagonalGradEnabled()) return false;
+  if ((s.key_dim != 64 && s.key_dim != 128) || (s.value_dim != 64 && s.value_dim != 128)) return false;
+  // the same device and build checks as the forward (an additive rule without decay takes the
+  // Hopper forward at these dims wherever the device and the build allow it)
+  const RecurrenceKind plain{DecayClass::None, UpdateRule::Additive, Readout::Inclusive};
+  return forwardSupported(plain, dtype, s);
+}
+
+void diagonalGrad(DType dtype, const RecurrenceShape& s, const DiagGradParams& p, int64_t slots,
+                  cudaStream_t stream) {
+  LINAC_REQUIRE(diagonalGradSupported(dtype, s), "hopper diagonalGrad: unsupported call");
+  if (slots <= 0) return;
+  if (dtype == DType::BF16) runDiagDims<cutlass::bfloat16_t>(s, p, slots, stream);
+  else runDiagDims<cutlass::half_t>(s, p, slots, stream);
+}
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
                        const RecurrenceBackwardArgs& a) {

@@ -501,6 +501,7 @@ template <class T, int DK, int DV>
 void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
   auto kernel = diagGradKernel<T, DK, DV>;
   constexpr size_t bytes = DiagGradTiles<T, DK, DV>::kSmemBytes;
+  static_assert(bytes <= 227 * 1024, "one CTA per SM: an H100 / H200 SM offers 227 KiB");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   kernel<<<dim3(unsigned(slots), p.heads), kDiagGradThreads, bytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagGradKernel");

@@ -7,9 +7,13 @@
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md).
+//  - the diagonal decay's gradient stage (diag_grad.cuh), called by chunk_backward_diagonal.cu
+//    after its state scans in place of its passes 2 and 3; opt-in with LINAC_HOPPER_DIAG_BWD=1
+//    until it has run on an H200.
 #pragma once
 
 #include "../../common/recurrence.h"
+#include "diag_grad_params.h"
 
 #include <cuda_runtime.h>
 
@@ -24,5 +28,14 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 /// recurrence.h's backward: every non-null gradient written (not accumulated).
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
               const RecurrenceBackwardArgs& args, int64_t num_seqs, cudaStream_t stream);
+
+/// Whether diagonalGrad() takes this call: LINAC_HOPPER_DIAG_BWD=1, a Hopper device with the
+/// sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
+bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
+
+/// dq, dk, dv, d_g and the d_u partials (each when non-null) of every chunk slot and head, from
+/// the fp32 state workspaces of chunk_backward_diagonal.cu's pass 1.
+void diagonalGrad(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
+                  int64_t slots, cudaStream_t stream);
 
 }  // namespace linac::kernels::cuda::hopper
