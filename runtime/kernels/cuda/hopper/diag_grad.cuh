@@ -26,7 +26,8 @@
 //   dg_t = e^B <S_c, dS_{c+1}> + sum_{t' >= t} (q dq' - k dk_intra)_t' + sum_{s < t} (k dk_inter)_s
 //          [- q_t dq'_t exclusive]
 // k dk_inter is parked in dg's own output rows (written, then read back by the same CTA), the
-// other two in shared memory the tiles free at the end. Every output is written once.
+// other two in shared memory the tiles free at the end. Every output element belongs to one CTA
+// (dg's rows serve it as scratch before their final value): deterministic, no atomics.
 // Roundings: S_c, dS_{c+1}, D, Ks, Qs, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums
 // and the elementwise diagonal blocks are fp32.
 #pragma once
@@ -48,7 +49,7 @@ struct DiagGradTiles {
   static constexpr int C = kChunk;
   using G = ChunkGradTiles<T, DK, DV>;
   using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::K, GMMA::Major::MN>;  // A^T dO
-  static_assert(DK % 64 == 0 && DV >= C, "b's swizzle spans 64 channels; the d_g staging fits");
+  static_assert(DK % 64 == 0, "b's swizzle permutes 64-channel groups");
   struct Operands {  // live until the last product
     alignas(1024) T s[cosize_v<typename G::St>];    // S_c [d, v]
     alignas(1024) T ds[cosize_v<typename G::St>];   // dS_{c+1} [d, v]
