@@ -8,7 +8,9 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace linac::model {
 
@@ -92,24 +94,32 @@ torch::ScalarType projectionDtype(const torch::Tensor& x) {
   return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
 }
 
+/// The fused norm kernels (ops::rmsNorm / addRmsNorm / rmsNormGated) on CUDA: opt-in with
+/// LINAC_FUSED_NORMS=1 until their GPU tests (linac_layers_cuda_tests) have passed on an H200; the
+/// composed ATen path otherwise. Read at each call (cheap; a test may set it).
+bool fusedNorms() {
+  const char* env = std::getenv("LINAC_FUSED_NORMS");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace
 
 torch::Tensor blockNorm(const torch::Tensor& x, const torch::Tensor& weight) {
   const torch::ScalarType out = projectionDtype(x);
-  if (ops::rmsNormSupported(x, torch::Tensor(), weight, out)) return ops::rmsNorm(x, weight, kNormEps, out);
+  if (fusedNorms() && ops::rmsNormSupported(x, torch::Tensor(), weight, out)) return ops::rmsNorm(x, weight, kNormEps, out);
   return autocastInput(rmsNorm(x, weight));
 }
 
 torch::Tensor gatedRmsNorm(const torch::Tensor& o, const torch::Tensor& weight, const torch::Tensor& gate) {
   const torch::ScalarType out = projectionDtype(o);
-  if (ops::rmsNormGatedSupported(o, gate, weight, out)) return ops::rmsNormGated(o, weight, gate, kNormEps, out);
+  if (fusedNorms() && ops::rmsNormGatedSupported(o, gate, weight, out)) return ops::rmsNormGated(o, weight, gate, kNormEps, out);
   return rmsNorm(o, weight) * gate;
 }
 
 std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, const torch::Tensor& residual,
                                                      const torch::Tensor& weight) {
   const torch::ScalarType out = projectionDtype(x);
-  if (ops::rmsNormSupported(x, residual, weight, out)) return ops::addRmsNorm(x, residual, weight, kNormEps, out);
+  if (fusedNorms() && ops::rmsNormSupported(x, residual, weight, out)) return ops::addRmsNorm(x, residual, weight, kNormEps, out);
   torch::Tensor h = x + residual;
   return {h, blockNorm(h, weight)};
 }

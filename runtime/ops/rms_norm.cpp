@@ -38,14 +38,15 @@ cuda::RmsNormShape shapeOf(const torch::Tensor& x, double eps) {
 }
 
 /// y = rmsNorm(h) * w (* gate) with h = x (+ residual): outputs {y} or {y, h}; saves h (or x), w,
-/// the per-row rstd and the gate. The residual and the gate are passed undefined when absent.
+/// the per-row rstd and the gate. An absent residual or gate is passed as absent() with its flag
+/// false: autograd records every tensor argument's device, so none may be undefined.
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& residual,
-                               const torch::Tensor& gate, const torch::Tensor& weight, double eps, int64_t out) {
+                               const torch::Tensor& gate, const torch::Tensor& weight, double eps, int64_t out,
+                               bool add, bool gated) {
     const c10::cuda::CUDAGuard guard(x.device());
     const auto outType = static_cast<torch::ScalarType>(out);
     const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();
-    const bool add = residual.defined(), gated = gate.defined();
     const torch::Tensor rc = add ? residual.contiguous() : torch::Tensor();
     const torch::Tensor gc = gated ? gate.to(outType).contiguous() : torch::Tensor();
     const cuda::RmsNormShape shape = shapeOf(xc, eps);
@@ -102,10 +103,14 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     args.gate = gate.defined() ? gate.data_ptr() : nullptr;
     args.dgate = wantGate ? dgate.data_ptr() : nullptr;
     cuda::rmsNormBackward(typesOf(h.scalar_type(), residualType, yType), shape, args, currentStream(h.device()));
-    // x, residual, gate, weight, then eps and out (no gradient)
-    return {wantX ? dx : torch::Tensor(), dr, dgate, dw, torch::Tensor(), torch::Tensor()};
+    // x, residual, gate, weight, then eps, out and the two flags (no gradient)
+    return {wantX ? dx : torch::Tensor(), dr, dgate, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
+
+/// The stand-in for an absent residual or gate: a defined, empty tensor on x's device.
+torch::Tensor absent(const torch::Tensor& x) { return torch::empty({0}, x.options()); }
 #endif
 
 void check(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
@@ -143,7 +148,7 @@ bool rmsNormSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]] 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out) {
   check(x, torch::Tensor(), weight, out, eps);
 #ifdef LINAC_HAVE_CUDA
-  return RmsNormFunction::apply(x, torch::Tensor(), torch::Tensor(), weight, eps, static_cast<int64_t>(out))[0];
+  return RmsNormFunction::apply(x, absent(x), absent(x), weight, eps, static_cast<int64_t>(out), false, false)[0];
 #else
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
 #endif
@@ -155,7 +160,7 @@ std::pair<torch::Tensor, torch::Tensor> addRmsNorm(const torch::Tensor& x, const
   check(x, residual, weight, out, eps);
 #ifdef LINAC_HAVE_CUDA
   const auto outputs =
-      RmsNormFunction::apply(x, residual, torch::Tensor(), weight, eps, static_cast<int64_t>(out));
+      RmsNormFunction::apply(x, residual, absent(x), weight, eps, static_cast<int64_t>(out), true, false);
   return {outputs[1], outputs[0]};
 #else
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
@@ -175,7 +180,7 @@ torch::Tensor rmsNormGated(const torch::Tensor& x, const torch::Tensor& weight, 
   if (!rmsNormGatedSupported(x, gate, weight, out))
     checks::fail(kOp, "gate", "x's shape and device and an fp32 / bf16 / fp16 dtype", checks::describe(gate));
 #ifdef LINAC_HAVE_CUDA
-  return RmsNormFunction::apply(x, torch::Tensor(), gate, weight, eps, static_cast<int64_t>(out))[0];
+  return RmsNormFunction::apply(x, absent(x), gate, weight, eps, static_cast<int64_t>(out), false, true)[0];
 #else
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");
 #endif
