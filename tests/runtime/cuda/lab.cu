@@ -22,8 +22,8 @@
 //   --hopper-wide forces the Hopper stages for key dim 256 and value dims above 256
 //                 (LINAC_HOPPER_WIDE=1, the default; the dk 256 cases, the fwd-only wide-head cases)
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
-//                 (LINAC_HOPPER_WIDE_BWD=1, opt-in: the dk 256 x dv 512 backward cases, and the
-//                 'GDN 340m heads' backward timing's 'hopper bwd' column)
+//                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
+//                 dk 256 x dv 512 backward cases to the mma.sync kernels)
 //   --hopper-diag-bwd  the diagonal decay's backward (GLA, HGRN-2, RWKV-6) takes the Hopper
 //                 gradient stage for bf16 / fp16 at dk, dv in {64, 128} (LINAC_HOPPER_DIAG_BWD=1,
 //                 opt-in: every diagonal backward case, and the GLA / RWKV-6 backward timings)
@@ -808,8 +808,8 @@ void benchBackward() {
   };
   for (const auto& r : rows)
     if (benchRow(r.name)) timeRow(r, B, T, H, D, D);
-  // Gated DeltaNet's heads at the 340m preset, B4 T4096 H4 dk 256 dv 512 (its Hopper backward with
-  // --hopper-wide-bwd, else the mma.sync kernels in both columns)
+  // Gated DeltaNet's heads at the 340m preset, B4 T4096 H4 dk 256 dv 512 (the wide Hopper backward
+  // in the 'hopper bwd' column unless LINAC_HOPPER_WIDE_BWD=0)
   const Row gdn340m{"GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true};
   if (benchRow(gdn340m.name)) timeRow(gdn340m, 4, 4096, 4, 256, 512);
 }
@@ -888,7 +888,7 @@ int main(int argc, char** argv) {
         runBwdCase(e);
         e.kind.decay = DecayClass::None; e.dtype = DType::F32; e.cu = {}; e.B = 2; e.T = 80; e.dk = 128; e.dv = 64;
         runBwdCase(e);
-        // the delta rule at dk 256, dv 512 (the wide Hopper backward under --hopper-wide-bwd):
+        // the delta rule at dk 256, dv 512 (the wide Hopper backward unless LINAC_HOPPER_WIDE_BWD=0):
         // varlen with a partial chunk, so the sanitizers see its key and value blocks
         runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 512,
                     {0, 30, 70}});
@@ -996,8 +996,8 @@ int main(int argc, char** argv) {
             Case c{dn, dt, 2, 90, 2, 64, 128, {}};
             c.all_grads = false; runBwdCase(c);
           }
-        // the delta rule at Gated DeltaNet's 340m heads (dk 256, dv 512: the Hopper backward with
-        // --hopper-wide-bwd, else the mma.sync kernels): varlen with lengths 1, 63, 65, 71, 100;
+        // the delta rule at Gated DeltaNet's 340m heads (dk 256, dv 512: the Hopper backward unless
+        // LINAC_HOPPER_WIDE_BWD=0, then the mma.sync kernels): varlen with lengths 1, 63, 65, 71, 100;
         // fp16 without h0 / d_ht; strong gates; null d_q and d_g
         for (auto de : {DecayClass::None, DecayClass::Scalar}) {
           const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};

@@ -1,8 +1,8 @@
 // The Hopper backward's entry points: which calls it takes, and the dispatch over element type,
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
-// dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads, opt-in with LINAC_HOPPER_WIDE_BWD=1 until
-// it has run on an H200), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
+// dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
+// mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
 // by chunk_backward_diagonal.cu; opt-in with LINAC_HOPPER_DIAG_BWD=1 until it has run on an H200).
 #include "hopper_backward.h"
 
@@ -110,10 +110,10 @@ void runDiagDims(const RecurrenceShape& s, const DiagGradParams& p, int64_t slot
   else runDiagGrad<T, 128, 128>(p, slots, stream);
 }
 
-/// The delta rule's wide heads (dk 256, dv 512), while they are opt-in.
+/// The delta rule's wide heads (dk 256, dv 512): on unless LINAC_HOPPER_WIDE_BWD=0.
 bool wideDeltaBackwardEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_WIDE_BWD");
-  return env != nullptr && std::string(env) == "1";
+  return env == nullptr || std::string(env) != "0";
 }
 
 /// The diagonal decay's gradient stage, while it is opt-in (LINAC_HOPPER_BWD=0 turns it off too,
