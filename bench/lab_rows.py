@@ -2,7 +2,11 @@
 """Turns the kernel lab's timing tables (linac_cuda_lab --bench-only, as bench/run_h200.sh lab
 saves them in lab_bench.log) into JSON lines for bench/results/, one row per (kind, shape, column).
 
-usage: python3 bench/lab_rows.py LAB_BENCH_LOG --commit SHA [--gpu NAME] > bench/results/DATE-NAME.jsonl
+usage: python3 bench/lab_rows.py LAB_BENCH_LOG --commit SHA [--gpu NAME] [--env "VAR=1 ..."]
+       > bench/results/DATE-NAME.jsonl
+--env names the opt-in switches the lab ran with (its --hopper-* flags); they go into the default
+dispatch's backend label. The row "GDN 340m heads" is Gated DeltaNet at its 340m preset's heads
+(B4 T4096 H4, dk 256, dv 512; rows carry dk and dv where they differ).
 """
 import argparse
 import json
@@ -17,10 +21,14 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),
                     "bwd no-dg": ("bwd_nodg_ms", "linac-default"),
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
+NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
+WIDE_HEADS = "340m heads"  # Gated DeltaNet at the 340m preset: its own shape
+WIDE_SHAPE = dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)
 SOURCE = "linac_cuda_lab --bench-only (cudaEvent median of 30 after 5 warm-ups; backward median of 20 after 3)"
 
 
-def rows(lines, commit, gpu):
+def rows(lines, commit, gpu, env=""):
+    default = "linac-default" + (f" ({env})" if env else "")
     header = None
     backward = False
     for line in lines:
@@ -33,23 +41,31 @@ def rows(lines, commit, gpu):
             continue
         if header is None or not line.strip() or line.startswith("("):
             continue
-        parts = line.split()
-        if parts[0] not in VARIANTS or len(parts) < 3:
+        name = line[:NAME_WIDTH].split(maxsplit=1)
+        parts = line[NAME_WIDTH:].split()
+        if len(name) < 2 or name[0] not in VARIANTS or len(parts) < 2:
             continue
-        base = {"variant": VARIANTS[parts[0]], "kind": parts[1], "dtype": "bf16", "gpu": gpu,
+        wide = name[1].strip() == WIDE_HEADS
+        kind = "delta-scalar" if wide else name[1].strip()
+        base = {"variant": VARIANTS[name[0]], "kind": kind, "dtype": "bf16", "gpu": gpu,
                 "source": SOURCE, "commit": commit}
+        label = lambda backend: default if backend == "linac-default" else backend
         if backward:
-            base.update(B=8, T=4096, H=8, D=128)
-            for name, value in zip(header, parts[2:]):
-                if name in BACKWARD_COLUMNS and value != "-":
-                    field, backend = BACKWARD_COLUMNS[name]
-                    yield dict(base, backend=backend, **{field: float(value)})
+            base.update(WIDE_SHAPE if wide else dict(B=8, T=4096, H=8, D=128))
+            for column, value in zip(header, parts):
+                if column in BACKWARD_COLUMNS and value != "-":
+                    field, backend = BACKWARD_COLUMNS[column]
+                    yield dict(base, backend=label(backend), **{field: float(value)})
         else:
-            B, T, H, D = (int(x) for x in parts[2].split(","))
-            base.update(B=B, T=T, H=H, D=D)
-            for name, value in zip(header, parts[3:]):
-                if name in FORWARD_COLUMNS and value != "-":
-                    yield dict(base, backend=FORWARD_COLUMNS[name], fwd_ms=float(value))
+            dims = parts[0].split(",")
+            B, T, H = (int(x) for x in dims[:3])
+            dk, _, dv = dims[3].partition("x")
+            base.update(B=B, T=T, H=H, D=int(dk))
+            if dv:
+                base.update(dk=int(dk), dv=int(dv))
+            for column, value in zip(header, parts[1:]):
+                if column in FORWARD_COLUMNS and value != "-":
+                    yield dict(base, backend=label(FORWARD_COLUMNS[column]), fwd_ms=float(value))
 
 
 def main():
@@ -57,9 +73,10 @@ def main():
     ap.add_argument("log")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--gpu", default="NVIDIA H200")
+    ap.add_argument("--env", default="", help="the opt-in switches the lab ran with")
     args = ap.parse_args()
     with open(args.log) as f:
-        for row in rows(f, args.commit, args.gpu):
+        for row in rows(f, args.commit, args.gpu, args.env):
             sys.stdout.write(json.dumps(row) + "\n")
 
 
