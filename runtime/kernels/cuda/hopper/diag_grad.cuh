@@ -87,6 +87,16 @@ __device__ __forceinline__ int bIndex(int t, int c) {
   return t * DK + (c ^ ((t & 7) << 3));
 }
 
+/// e^x as __expf computes it (x log2 e, then MUFU.EX2) but with denormal results flushed to zero:
+/// __expf's ex2.approx.f32 rescales around every MUFU to keep them (a compare and two predicated
+/// multiplies), which the diagonal blocks, one exponential per term, would pay ~10^5 times a CTA.
+/// The difference is below 2^-126 in absolute value.
+__device__ __forceinline__ float expFtz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
 /// Barrier over the whole CTA, called from each warpgroup's own branch (bar.sync counts warps, so
 /// the three call sites meet).
 __device__ __forceinline__ void ctaBarrier() { asm volatile("bar.sync 0;\n" ::: "memory"); }
@@ -141,7 +151,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     return i < 0 ? make_float2(0.f, 0.f) : b2(i, c);
   };
   auto ref2 = [&](int m, int c) { return b2(NB * m + NB - 1, c); };  // R_m
-  auto exp2f2 = [](float2 x) { return make_float2(__expf(x.x), __expf(x.y)); };
+  auto exp2f2 = [](float2 x) { return make_float2(expFtz(x.x), expFtz(x.y)); };
   auto sub2 = [](float2 x, float2 y) { return make_float2(x.x - y.x, x.y - y.y); };
 
   // ---- loads: q, k, v, d_o, g (cp.async); S_c, dS_{c+1} (fp32 -> T, with <S_c, dS> per row) --
@@ -263,17 +273,18 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
         });
       }
       // diagonal block: s from the block start to t (t - 1 exclusive); s outermost, so only
-      // the accumulators stay live across the loop
+      // the accumulators stay live across the loop. Every term is computed and the mask selects
+      // its factor (a masked exponent may be > 0, its e^x inf, never used): a branch a pair cost
+      // ~30 % more instructions. dk's loop keeps its branches (a select there spills).
 #pragma unroll 1
       for (int si = 0; si < NB; ++si)
         forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
           const int s = (t & ~(NB - 1)) + si;
-          if (s <= (excl ? t - 1 : t)) {
-            const float dts = unpack1<T>(lds16(tD.at(t, s)));
-            const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
-            acc(i) += dts * kk.x * f.x;
-            acc(i + 1) += dts * kk.y * f.y;
-          }
+          const bool on = s <= (excl ? t - 1 : t);
+          const float dts = unpack1<T>(lds16(tD.at(t, s)));
+          const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
+          acc(i) += dts * kk.x * (on ? f.x : 0.f);
+          acc(i + 1) += dts * kk.y * (on ? f.y : 0.f);
         });
     }
     ctaBarrier();  // every product done: the operand tiles are free for d_g's staging
@@ -391,7 +402,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
               part[ti] += qq.x * sm.u[c0 + j] * kk[j] + qq.y * sm.u[c0 + j + 1] * kk[j + 1];
             } else {
               const float2 bt = bq2(t, c0 + j);
-              part[ti] += qq.x * kk[j] * __expf(bt.x - bs[j]) + qq.y * kk[j + 1] * __expf(bt.y - bs[j + 1]);
+              part[ti] += qq.x * kk[j] * expFtz(bt.x - bs[j]) + qq.y * kk[j + 1] * expFtz(bt.y - bs[j + 1]);
             }
           }
         }
@@ -473,25 +484,43 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
 
   // ---- phase 4: dg_t = Z + sum_{t' >= t} (p - kin)_t' + sum_{s < t} E_s [- p_t], a thread per
   // channel, with kin = k dk - E and E = k dk_inter parked in dg's rows: an ascending pass turns
-  // kin into p - kin and dg's rows into the exclusive prefix sums of E, a descending one adds the
-  // suffix sums and Z.
+  // kin into p - kin and E into its exclusive prefix sums, a descending one adds the suffix sums
+  // and Z.
   if (tid < DK) {
     const int c = tid;
     float* dg = p.dg + tok0 * rowK + int64_t(h) * DK + c;
+    // dg's rows are read a block of NB tokens at a time, the block's loads issued together before
+    // any of its stores (a load a token, after the previous token's store, would wait one L2 round
+    // trip each: 2 C of them).
     float prefix = 0.f;
-    for (int t = 0; t < C; ++t) {
-      const float e = t < rows ? dg[t * rowK] : 0.f;
-      stK[bIndex<DK>(t, c)] = stP[bIndex<DK>(t, c)] - (stK[bIndex<DK>(t, c)] - e);
-      if (t < rows) dg[t * rowK] = prefix;
-      prefix += e;
+#pragma unroll 1
+    for (int t0 = 0; t0 < C; t0 += NB) {
+      float e[NB];
+      CUTE_UNROLL
+      for (int j = 0; j < NB; ++j) e[j] = t0 + j < rows ? dg[(t0 + j) * rowK] : 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < NB; ++j) {
+        const int t = t0 + j;
+        stK[bIndex<DK>(t, c)] = stP[bIndex<DK>(t, c)] - (stK[bIndex<DK>(t, c)] - e[j]);
+        if (t < rows) dg[t * rowK] = prefix;
+        prefix += e[j];
+      }
     }
-    const float z = __expf(b(C - 1, c)) * sm.zdot[c];
+    const float z = expFtz(b(C - 1, c)) * sm.zdot[c];
     float suffix = 0.f;
-    for (int t = C - 1; t >= 0; --t) {
-      suffix += stK[bIndex<DK>(t, c)];
-      if (t < rows) {
-        const float x = (z + suffix) + dg[t * rowK];
-        dg[t * rowK] = excl ? x - stP[bIndex<DK>(t, c)] : x;
+#pragma unroll 1
+    for (int t0 = C - NB; t0 >= 0; t0 -= NB) {
+      float pre[NB];
+      CUTE_UNROLL
+      for (int j = 0; j < NB; ++j) pre[j] = t0 + j < rows ? dg[(t0 + j) * rowK] : 0.f;
+      CUTE_UNROLL
+      for (int j = NB - 1; j >= 0; --j) {
+        const int t = t0 + j;
+        suffix += stK[bIndex<DK>(t, c)];
+        if (t < rows) {
+          const float x = (z + suffix) + pre[j];
+          dg[t * rowK] = excl ? x - stP[bIndex<DK>(t, c)] : x;
+        }
       }
     }
   }
