@@ -39,25 +39,11 @@ import sys
 
 import numpy as np
 
+from delta_bwd_host_check import round_bf16, round_f16, round_f32
+
 C = 64    # chunk length
 NB = 16   # block of the factorisation
 GATE = 5e-3  # the kernel lab's gate for 16-bit inputs (lab.cu report())
-
-
-def round_bf16(x):
-    """Round-to-nearest-even to bfloat16 (through float32), returned as float64."""
-    f = np.asarray(x, dtype=np.float32)
-    u = f.view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
-def round_f16(x):
-    return np.asarray(x, dtype=np.float16).astype(np.float64)
-
-
-def round_f32(x):
-    return np.asarray(x, dtype=np.float32).astype(np.float64)
 
 
 def exact(x):
