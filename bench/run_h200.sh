@@ -33,6 +33,9 @@
 #     the ctest entries labelled gpu (CUDA layers, generation parity, fla import parity) in a
 #     tests-enabled CUDA build; carry .deps/googletest (bench/fetch_deps.sh) and .fla/site.
 #
+#   bash bench/run_h200.sh checks [seconds]
+#     gputests, then `linac verify --device cuda` (VERIFY_SPECS at VERIFY_SHAPES) with its linac.
+#
 #   bash bench/run_h200.sh parity [seconds]
 #     linac's Python package (python/, built with CUDA) beside fla's ops on identical inputs:
 #     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl);
@@ -59,7 +62,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|parity [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|parity [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -139,15 +142,7 @@ prepare() {
     lab_pid=$!
   fi
 
-  : > "$OUT/verify.log"
-  for n in $VERIFY_SPECS; do
-    # line-buffered, so a run cut by its budget still shows how far it got
-    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --device cuda "${SHAPE_ARGS[@]}" > /tmp/verify_one.log 2>&1
-    echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
-    grep -E "FAIL" /tmp/verify_one.log | head -4
-    cat /tmp/verify_one.log >> "$OUT/verify.log"
-  done
-  echo "verify done: $((SECONDS - start)) s"
+  verify_cuda
   for n in ${SANITIZE_FUSED-gated_deltanet hgrn2}; do  # the fused prologue path (fused section)
     phase 90 compute-sanitizer --tool memcheck --error-exitcode 9 $L verify "specs/$n.yaml" --device cuda \
       --shape 1,70,1,64,64 > /tmp/sanitize_fused.log 2>&1
@@ -161,6 +156,19 @@ prepare() {
   [ -z "$warm_pid" ] && return 0  # FLA=0
   wait "$warm_pid"
   keep_winners "$target"
+}
+
+# `linac verify --device cuda` for VERIFY_SPECS at VERIFY_SHAPES, into $OUT/verify.log.
+verify_cuda() {
+  : > "$OUT/verify.log"
+  for n in $VERIFY_SPECS; do
+    # line-buffered, so a run cut by its budget still shows how far it got
+    phase "${VERIFY_LIMIT:-120}" stdbuf -oL $L verify "specs/$n.yaml" --device cuda "${SHAPE_ARGS[@]}" > /tmp/verify_one.log 2>&1
+    echo "verify cuda $n rc=$? $(tail -1 /tmp/verify_one.log)"
+    grep -E "FAIL" /tmp/verify_one.log | head -4
+    cat /tmp/verify_one.log >> "$OUT/verify.log"
+  done
+  echo "verify done: $((SECONDS - start)) s"
 }
 
 # After warm_fla into $1: fla's autotune winners only (MIN), tarred into $OUT unless timings follow.
@@ -369,7 +377,9 @@ profiled() {
 # the carried .deps/googletest (bench/fetch_deps.sh) since the image has none; carry .fla/site for
 # the fla parity. GPU_TESTS (a ctest -R regex) narrows them; GPU_TEST_TARGETS names the executables
 # they need (default the four the gpu entries run today).
-gputests() {
+gputests() { gputests_build && gputests_run; }
+
+gputests_build() {
   local torch_prefix gloo=()
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
   [ -f .deps/include/gloo/config.h ] && gloo=(-DLINAC_GLOO_INCLUDE_DIR="$PWD/.deps/include")
@@ -381,14 +391,35 @@ gputests() {
   targets=$(ctest --test-dir build-gpu-tests -N -L gpu -E linac_cuda_lab 2>/dev/null | grep -c "Test *#")
   echo "gputests: $targets entries; building ($((SECONDS - start)) s)"
   # only the executables the gpu entries run (GPU_TEST_TARGETS), not the whole CPU suite
-  phase 420 ninja -C build-gpu-tests -j16 ${GPU_TEST_TARGETS:-linac_layers_tests linac_generate_tests linac_interop_tests linac_ops_tests} \
+  # linac too: the interop entry runs it, and `checks` verifies with it (build-gpu/bin/linac is
+  # linked to it when absent, so a later mode on the same warm machine reuses it)
+  phase 420 ninja -C build-gpu-tests -j16 \
+    ${GPU_TEST_TARGETS:-linac linac_layers_tests linac_generate_tests linac_interop_tests linac_ops_tests} \
     >> "$OUT/gputests.log" 2>&1 \
     || { grep -E "error|FAILED" "$OUT/gputests.log" | head -30; return 1; }
   echo "gputests: built ($((SECONDS - start)) s)"
+  if [ ! -e "$L" ] && [ -x build-gpu-tests/bin/linac ]; then
+    mkdir -p build-gpu/bin && ln -s "$PWD/build-gpu-tests/bin/linac" "$L"
+  fi
+}
+
+gputests_run() {
   PYTHONPATH=.fla/site phase 300 ctest --test-dir build-gpu-tests -L gpu -E linac_cuda_lab ${GPU_TESTS:+-R "$GPU_TESTS"} \
     --output-on-failure >> "$OUT/gputests.log" 2>&1
   echo "gputests rc=$? ($((SECONDS - start)) s)"
   grep -E "Test +#|tests passed|tests failed|\*\*\*Failed" "$OUT/gputests.log" | tail -20
+}
+
+# gputests, then `linac verify --device cuda` with the same build. fla's forward kernels for the
+# import-parity entry compile (Triton, default cache) beside the build, so that entry finds them.
+checks() {
+  PYTHONPATH=.fla/site timeout 400 python3 tests/runtime/interop/fla_real_reference.py /tmp/fla-real-warm \
+    > "$WARM/fla_real_warm.log" 2>&1 &
+  local warm_pid=$!
+  gputests_build || return 1
+  wait "$warm_pid"; echo "fla reference warm rc=$? ($((SECONDS - start)) s)"
+  gputests_run
+  verify_cuda
 }
 
 # linac's Python package beside fla's ops on identical inputs (bench/fla_parity.py): the wheel's
@@ -456,7 +487,8 @@ case "$MODE" in
   lab) lab ;;
   time) timed ;;
   gputests) gputests ;;
+  checks) checks ;;
   parity) parity ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|parity [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|parity [seconds]" >&2; exit 2 ;;
 esac
