@@ -127,6 +127,19 @@ class HybridLM(nn.Module):
         return self.head(self.norm(x))
 
 
+def draw_tokens(kind, batch, length, vocab, device):
+    """One step's tokens [batch, length]. "random": uniform ids (throughput does not depend on the
+    text). "zipf-copy": Zipf-distributed ids (exponent 1.1) whose second half repeats the first, so
+    the loss falls as the model learns the unigram and then the copy (which needs the mixers): a
+    curve that separates two backends, where uniform ids give a flat ln(vocab)."""
+    if kind == "random":
+        return torch.randint(0, vocab, (batch, length), device=device)
+    probs = torch.arange(1, vocab + 1, device=device, dtype=torch.float64).pow(-1.1)
+    half = (length + 1) // 2
+    first = torch.multinomial(probs.expand(batch, vocab), half, replacement=True)
+    return torch.cat([first, first], dim=1)[:, :length]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--variant", default="gated_deltanet")
@@ -143,6 +156,8 @@ def main():
                    help="linac: fla's layers with their chunk kernels swapped for linac's (bench/fla_swap.py; "
                         "linac's Python package on PYTHONPATH)")
     p.add_argument("--seed", type=int, default=0, help="the model's initialisation and the token draws")
+    p.add_argument("--data", choices=("random", "zipf-copy"), default="random",
+                   help="the tokens (draw_tokens): random for timing, zipf-copy for comparing loss curves")
     p.add_argument("--bypass-hopper-guard", action="store_true",
                    help="run fla's gated backward although it refuses this Triton on Hopper (wrong "
                         "results there, bench/fla_guard.py): for timing only")
@@ -160,15 +175,15 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     row = dict(backend="fla-layers" if args.kernels == "fla" else "fla-layers+linac-kernels", variant=args.variant, schedule=f"{args.ratio}:1", layers=args.layers,
-               hidden=args.hidden, vocab=args.vocab, batch=args.batch, seq_len=args.seq_len, params=params)
+               hidden=args.hidden, vocab=args.vocab, batch=args.batch, seq_len=args.seq_len, params=params,
+               data=args.data)
     if args.bypass_hopper_guard and args.variant == "gated_deltanet":  # GLA's layer never hits the guard
         row["guard_bypassed"] = True
     tokens_per_step = args.batch * args.seq_len
     times, losses = [], []
     try:
         for step in range(args.warmup + args.steps):
-            # Random tokens: throughput does not depend on the text (the loss is printed to show it runs).
-            tokens = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1), device=dev)
+            tokens = draw_tokens(args.data, args.batch, args.seq_len + 1, args.vocab, dev)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16):

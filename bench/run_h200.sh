@@ -39,8 +39,9 @@
 #   bash bench/run_h200.sh parity [seconds]
 #     linac's Python package (python/, built with CUDA) beside fla's ops on identical inputs:
 #     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl);
-#     then fla's 340m hybrids (PARITY_MODELS) for 30 steps with fla's kernels and with linac's
-#     swapped in (bench/fla_swap.py): the two loss curves ($OUT/parity-train.jsonl).
+#     then fla's hybrids (PARITY_MODELS at 340m widths, PARITY_MODEL_ARGS: 8 layers, B2 T2048) for 30
+#     steps with fla's kernels and with linac's swapped in (bench/fla_swap.py): the two loss curves
+#     ($OUT/parity-train.jsonl).
 #
 #   bash bench/run_h200.sh time [seconds]
 #     train    fla's 340m hybrids (bench/fla_model_bench.py) from the warm cache, then
@@ -428,12 +429,21 @@ checks() {
 # a table of the worst rows. fla compiles its ops for the parity shape (PARITY_SHAPE) in the call.
 parity() {
   local prefix=/tmp/linac-wheel warm=() v
+  # the models of the 30-step comparison: fla's 340m widths (Gated DeltaNet's dk 256 x dv 512
+  # heads), fewer layers and tokens, so fla's autotune fits the call (its whole 340m model did not
+  # finish a step in 170 s from an empty cache)
+  PARITY_MODEL_ARGS=${PARITY_MODEL_ARGS-"--layers 8 --batch 2 --seq-len 2048"}
   restore_cache
   # fla's ops autotune from an empty Triton cache for minutes (GLA alone took ~300 s in the first
   # parity call): one warm-up process per variant fills the cache while the package builds.
   for v in ${PARITY_VARIANTS:-gla mamba2 retnet deltanet gated_deltanet rwkv6 gated_delta_diag hgrn}; do
     TRITON_CACHE_DIR=$MIN PYTHONPATH=.fla/site:bench phase 420 python3 bench/fla_parity.py --fla-warm --only "$v" \
       --shape "${PARITY_SHAPE:-2,1024,4,128}" >> "$WARM/parity_warm.log" 2>&1 &
+    warm+=($!)
+  done
+  for v in ${PARITY_MODELS-gla gated_deltanet}; do  # the models' own Triton kernels (norms, loss, ...)
+    TRITON_CACHE_DIR=$MIN PYTHONPATH=.fla/site phase 420 python3 bench/fla_model_bench.py --variant "$v" \
+      $PARITY_MODEL_ARGS --warmup 1 --steps 0 --vocab 32000 --bypass-hopper-guard >> "$WARM/parity_warm.log" 2>&1 &
     warm+=($!)
   done
   { cmake -S python -B build-wheel -G Ninja -DSKBUILD_PROJECT_VERSION=0.1.0 -DLINAC_WHEEL_CUDA=ON \
@@ -456,14 +466,14 @@ for r in rows:
     print(f"{r['variant']:16} {r['tensor']:6} {f('linac_vs_ref')} {f('fla_vs_ref')} {f('linac_vs_fla')}  "
           f"{'yes' if r['pass'] else 'NO ':4}  {r.get('fla_error', '')[:40]}")
 PY
-  # fla's 340m hybrids (bench/fla_model_bench.py), 30 steps from one seed with fla's kernels and
+  # fla's hybrids (bench/fla_model_bench.py, PARITY_MODEL_ARGS), 30 steps from one seed with fla's kernels and
   # with linac's swapped in (bench/fla_swap.py; its CPU check first): the loss curves side by side.
   # Gated DeltaNet's fla backward runs only with the Hopper guard bypassed (wrong there, fla #640).
   PYTHONPATH="$prefix:.fla/site" python3 bench/fla_swap.py 2>&1 | grep "fla_swap check"
   for v in ${PARITY_MODELS-gla gated_deltanet}; do
     for kernels in fla linac; do
       TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 150 python3 bench/fla_model_bench.py --variant "$v" \
-        --kernels "$kernels" --warmup 0 --steps 30 --vocab 32000 --bypass-hopper-guard \
+        $PARITY_MODEL_ARGS --kernels "$kernels" --warmup 0 --steps 30 --vocab 32000 --data zipf-copy --bypass-hopper-guard \
         >> "$OUT/parity-train.jsonl" 2>> "$OUT/parity.log"
       echo "parity train $v $kernels rc=$? ($((SECONDS - start)) s)"
     done

@@ -49,11 +49,12 @@ void accumulateWeightGradient(torch::Tensor& gradWeight, const torch::Tensor& gr
 std::pair<torch::Tensor, torch::Tensor> chunkLossAndGradient(torch::Tensor logits, const torch::Tensor& target,
                                                              const torch::Tensor& perToken, int64_t ignoreIndex,
                                                              bool wantGrad) {
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const int64_t rows = logits.size(0);
   const torch::TensorOptions fp32 = logits.options().dtype(torch::kFloat32);
 #ifdef LINAC_HAVE_CUDA
   const auto type = logits.scalar_type();
   if (logits.is_cuda() && checks::isKernelDtype(type)) {
+    const int64_t vocab = logits.size(1);
     logits = logits.contiguous();
     const torch::Tensor targets = target.contiguous(), scale = perToken.contiguous();
     torch::Tensor rowLoss = torch::empty({rows}, fp32);
