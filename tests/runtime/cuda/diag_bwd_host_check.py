@@ -18,10 +18,10 @@ the references R_m = b_{16 m + 15} (m = 0, 1, 2) of the 16-token blocks:
     dk     = e^{B - b} . (V dS^T)
              + sum_{i >= 1} [rows s < 16 i] e^{R_{i-1} - b_s} . (D[blk i, :]^T Qs[blk i])
              + diagonal blocks: sum_{t >= s (> s), same block} D[t][s] q_t e^{bq_t - b_s}
-    A^T    [s][t in blk i] = (Kr_i Qs^T)[s][t]  (s < 16 i),  diagonal blocks elementwise
+    A^T    [s][t in blk i] = (Kr_i Qs^T)[s][t]  (s < 16 i),  diagonal blocks by decay chains
     dv     = (K e^{B - b}) dS + scale A^T dO
 with Ks[blk j] = k e^{R_j - b}, Qs[blk i] = q e^{bq - R_{i-1}}, Kr_i[s] = k_s e^{R_{i-1} - b_s}
-(s < 16 i): every exponent <= 0. Exclusive bonus: dq_t += D[t][t] u k_t, dk_t += D[t][t] u q_t,
+(s < 16 i): every exponent <= 0; inside the diagonal blocks, products of e^{g} (decay chains). Exclusive bonus: dq_t += D[t][t] u k_t, dk_t += D[t][t] u q_t,
 A[t][t] = q_t . (u k_t), d_u partial = sum_t D[t][t] q_t k_t. d_g chunk-local, per channel:
     dg_t = Z + sum_{t' >= t} (q_t' dq'_t' - k_t' dk_intra_t') + sum_{s < t} k_s dk_inter_s
            [- q_t dq'_t exclusive],   Z = e^B <S_c, dS_{c+1}>   (dq' without the bonus)
@@ -163,11 +163,14 @@ def chunk_grad(q, k, v, do, g, u, S, dS, scale, excl, rows, rnd, f32):
         tmp = D[blk(i)].T @ Qs[blk(i)]
         hi = NB * i
         dk_intra[:hi] += np.exp(R[i - 1] - b[:hi]) * tmp[:hi]
-    # diagonal blocks, elementwise (fp32 sums of 16-bit D, q, k)
+    # diagonal blocks by decay chains: e^{bq_t - b_s} as the product of the fp32 factors e^{g_u},
+    # s < u <= t (< t exclusive) (fp32 sums of 16-bit D, q, k)
+    a = f32(np.exp(g))
+    chain = lambda t, s: np.prod(a[s + 1:t + (0 if excl else 1)], axis=0)
     for m in range(C // NB):
         for t in range(NB * m, NB * m + NB):
             for s in range(NB * m, t + (0 if excl else 1)):
-                f = np.exp(bq[t] - b[s])
+                f = chain(t, s)
                 dq[t] += D[t, s] * k[s] * f
                 dk_intra[s] += D[t, s] * q[t] * f
     dk = dk_inter + dk_intra
@@ -185,7 +188,7 @@ def chunk_grad(q, k, v, do, g, u, S, dS, scale, excl, rows, rnd, f32):
                 if excl and t == s:
                     At[s, t] = np.dot(q[t], u * k[t])
                 elif t > s or not excl:
-                    At[s, t] = np.sum(q[t] * k[s] * np.exp(bq[t] - b[s]))
+                    At[s, t] = np.sum(q[t] * k[s] * chain(t, s))
     dv = dv + rnd(scale * At) @ do
     # d_g, chunk-local
     P = q * dq                                        # q_t dq'_t

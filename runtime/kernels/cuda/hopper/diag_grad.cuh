@@ -10,14 +10,17 @@
 //   D  = scale dO V^T (unmasked)                                                   warpgroup 0
 //   dq = scale e^{bq} . (dO S_c^T)                                                 warpgroup 0
 //        + sum_{j < 3} [t >= 16 (j + 1)] e^{bq_t - R_j} . (D[:, blk j] Ks[blk j])
-//        + sum_{s <= t (< t), s in blk(t)} D[t][s] k_s e^{bq_t - b_s}             (elementwise)
+//        + sum_{s <= t (< t), s in blk(t)} D[t][s] k_s e^{bq_t - b_s}             (decay chains)
 //   dk = e^{B - b} . (V dS^T)                                                      warpgroup 1
 //        + sum_{i >= 1} [s < 16 i] e^{R_{i-1} - b_s} . (D[blk i, :]^T Qs[blk i])
-//        + sum_{t >= s (> s), t in blk(s)} D[t][s] q_t e^{bq_t - b_s}             (elementwise)
+//        + sum_{t >= s (> s), t in blk(s)} D[t][s] q_t e^{bq_t - b_s}             (decay chains)
 //   dv = (K e^{B - b}) dS + A^T dO,   A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] (s < 16 i),
-//        diagonal blocks elementwise, zero where t < s                             warpgroup 2
+//        diagonal blocks by decay chains, zero where t < s                         warpgroup 2
 // with Ks[blk j] = k e^{R_j - b}, Qs[blk i] = q e^{bq - R_{i-1}} and Kr_i[s] = k_s e^{R_{i-1} - b_s}
 // for s < 16 i (zero below): every exponent is <= 0, strong gates underflow to 0, never overflow.
+// Inside the 16 x 16 diagonal blocks e^{bq_t - b_s} is a product of per-token factors e^{g_u}
+// (s < u <= t, or < t exclusive), carried along s or t by one multiply a step (a decay chain, as
+// diagonal_prepare.cuh's), from e^{g} computed once per (t, c) instead of an exponential a term.
 // The 16-token factorisation is diagonal_prepare.cuh's; a block product is one k block (16) of a
 // 64-row wgmma, so each reference costs one instruction group of K = 16, not a 16-row tile.
 // Exclusive bonus: dq_t += D[t][t] u k_t, dk_t += D[t][t] u q_t, A[t][t] = q_t . (u k_t), and the
@@ -50,8 +53,12 @@ struct DiagGradTiles {
   using G = ChunkGradTiles<T, DK, DV>;
   using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::K, GMMA::Major::MN>;  // A^T dO
   static_assert(DK % 64 == 0, "b's swizzle permutes 64-channel groups");
-  struct Operands {  // live until the last product
+  union StatesOrDecays {  // S_c is read in phase 1 only; phase 2's decay chains read e^{g}
     alignas(1024) T s[cosize_v<typename G::St>];    // S_c [d, v]
+    float a[C * DK];                                // e^{g} [t, c], unswizzled
+  };
+  struct Operands {  // live until the last product
+    StatesOrDecays sc;
     alignas(1024) T ds[cosize_v<typename G::St>];   // dS_{c+1} [d, v]
     alignas(1024) T d[cosize_v<typename G::Sq>];    // D [t, s]
     alignas(1024) T at[cosize_v<typename G::Sq>];   // A^T [s, t]
@@ -106,6 +113,18 @@ __device__ __forceinline__ void warpgroupBarrier(int wg) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(wg + 1), "n"(kWarpgroupThreads) : "memory");
 }
 
+/// Barrier over warpgroups 0 and 1 (id 4): the decay table they fill for their chains.
+__device__ __forceinline__ void chainsBarrier() {
+  asm volatile("bar.sync 4, %0;\n" ::"n"(2 * kWarpgroupThreads) : "memory");
+}
+
+/// Accumulator registers a chain pass carries a running product for: the diagonal loops take the
+/// accumulator's columns in parts of 16 registers, so 16 products sit beside the 64 sums.
+template <int N>
+constexpr int chainParts() {
+  return N / 16 > 0 ? N / 16 : 1;
+}
+
 template <class T, int DK, int DV>
 __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const DiagGradParams p) {
   using Tiles = DiagGradTiles<T, DK, DV>;
@@ -136,7 +155,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   const auto tKst = smemTile(sm.ks, typename G::QkT{});
   const auto tQs = smemTile(sm.qs, typename G::Qk{});
   const auto tQst = smemTile(sm.qs, typename G::QkT{});
-  const auto tS = smemTile(sm.late.op.s, typename G::St{});
+  const auto tS = smemTile(sm.late.op.sc.s, typename G::St{});
   const auto tDS = smemTile(sm.late.op.ds, typename G::St{});
   const auto tDSt = smemTile(sm.late.op.ds, typename G::StT{});
   const auto tD = smemTile(sm.late.op.d, typename G::Sq{});
@@ -220,6 +239,25 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   // the bonus, dq and dk stored (0, 1), the d_u partials (2).
   typename G::MmaXS mmaXS;
   const auto cX = accCoords<C, DK>(mmaXS);
+  // e^{g} per (t, c), the exact per-token factors of the diagonal blocks' decay chains (a
+  // difference of b would carry b's rounding), filled by warpgroups 0 and 1 in phase 2 into S_c's
+  // tile, which only phase 1 reads; 1 past the sequence's end.
+  float* decay = sm.late.op.sc.a;
+  auto fillDecays = [&] {
+    const float* g = p.g + tok0 * rowK + int64_t(h) * DK;
+    for (int i = tid; i < C * DK / 4; i += 2 * kWarpgroupThreads) {
+      const int t = i / (DK / 4), c = (i % (DK / 4)) * 4;
+      float4 a = make_float4(1.f, 1.f, 1.f, 1.f);
+      if (t < rows) {
+        const float4 x = *reinterpret_cast<const float4*>(g + t * rowK + c);
+        a = make_float4(expFtz(x.x), expFtz(x.y), expFtz(x.z), expFtz(x.w));
+      }
+      *reinterpret_cast<float4*>(&decay[t * DK + c]) = a;
+    }
+  };
+  // A thread's accumulator rows (the wgmma layout): r and r + 8 of its warp's 16, one block.
+  constexpr int kAccRegs = decltype(size(cX))::value, kChainRegs = kAccRegs / chainParts<kAccRegs>();
+  const int accRow = int(get<0>(cX(0))), blk0 = accRow & ~(NB - 1);
   float* stP = sm.late.st.p;
   float* stK = sm.late.st.kin;
   const float* u = sm.u;
@@ -252,6 +290,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     }
     fenceToAsyncProxy();
     ctaBarrier();
+    fillDecays();
     {
       typename G::MmaDK mma;
       auto thr = mma.get_thread_slice(wtid);
@@ -272,20 +311,36 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
           }
         });
       }
-      // diagonal block: s from the block start to t (t - 1 exclusive); s outermost, so only
-      // the accumulators stay live across the loop. Every term is computed and the mask selects
-      // its factor (a masked exponent may be > 0, its e^x inf, never used): a branch a pair cost
-      // ~30 % more instructions. dk's loop keeps its branches (a select there spills).
+      // diagonal block by decay chains: s walks down the block while f carries
+      // e^{bq_t - b_s} = prod_{u = s + 1}^{t'} e^{g_u} (t' = t, or t - 1 exclusive) per (row,
+      // channel): 1 at s = t', one multiply a step below it, 0 above. A term costs two multiplies
+      // and an FMA beside its loads, no exponential; the accumulator is taken kChainRegs
+      // registers at a time, so the products fit beside it.
+      chainsBarrier();
+      CUTE_UNROLL
+      for (int part = 0; part < kAccRegs; part += kChainRegs) {
+        float f[kChainRegs];
+        CUTE_UNROLL
+        for (int j = 0; j < kChainRegs; ++j) f[j] = 0.f;
 #pragma unroll 1
-      for (int si = 0; si < NB; ++si)
-        forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
-          const int s = (t & ~(NB - 1)) + si;
-          const bool on = s <= (excl ? t - 1 : t);
-          const float dts = unpack1<T>(lds16(tD.at(t, s)));
-          const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
-          acc(i) += dts * kk.x * (on ? f.x : 0.f);
-          acc(i + 1) += dts * kk.y * (on ? f.y : 0.f);
-        });
+        for (int s = blk0 + NB - 1; s >= blk0; --s) {
+          const float* next = decay + (s + 1 < C ? s + 1 : s) * DK;  // e^{g_{s+1}}; any row at the end (f is 0 or reset)
+          const float d0 = unpack1<T>(lds16(tD.at(accRow, s))), d1 = unpack1<T>(lds16(tD.at(accRow + 8, s)));
+          const int lead = excl ? 1 : 0;  // f is 1 where s = t - lead
+          const float e0 = s == accRow - lead ? 1.f : 0.f, e1 = s == accRow + 8 - lead ? 1.f : 0.f;
+          CUTE_UNROLL
+          for (int j = 0; j < kChainRegs; j += 2) {
+            const int i = part + j, t = get<0>(cX(i)), c = get<1>(cX(i));
+            const float2 a = *reinterpret_cast<const float2*>(next + c);
+            const float dts = t == accRow ? d0 : d1, e = t == accRow ? e0 : e1;
+            f[j] = fmaf(f[j], a.x, e);  // 0 above the start, so the start's step is 0 * a + 1
+            f[j + 1] = fmaf(f[j + 1], a.y, e);
+            const float2 kk = unpack2<T>(lds32(tK.at(s, c)));
+            acc(i) += dts * kk.x * f[j];
+            acc(i + 1) += dts * kk.y * f[j + 1];
+          }
+        }
+      }
     }
     ctaBarrier();  // every product done: the operand tiles are free for d_g's staging
     {
@@ -324,6 +379,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     }
     fenceToAsyncProxy();
     ctaBarrier();
+    fillDecays();
     {
       typename G::MmaDtQ mma;
       auto thr = mma.get_thread_slice(wtid);
@@ -344,18 +400,34 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
           }
         });
       }
-      // diagonal block: t from s (s + 1 exclusive) to the block end, t outermost
+      // diagonal block by decay chains: t walks up the block while f carries e^{bq_t - b_s} per
+      // (row s, channel): 1 at t = s (s + 1 exclusive), times e^{g_t} (e^{g_{t-1}} exclusive) a
+      // step after it, 0 before.
+      chainsBarrier();
+      CUTE_UNROLL
+      for (int part = 0; part < kAccRegs; part += kChainRegs) {
+        float f[kChainRegs];
+        CUTE_UNROLL
+        for (int j = 0; j < kChainRegs; ++j) f[j] = 0.f;
 #pragma unroll 1
-      for (int ti = 0; ti < NB; ++ti)
-        forEachPair<typename G::MmaXS>(cX, [&](int r, int s, int c) {
-          const int t = (s & ~(NB - 1)) + ti;
-          if (t >= (excl ? s + 1 : s)) {
-            const float dts = unpack1<T>(lds16(tD.at(t, s)));
-            const float2 qq = unpack2<T>(lds32(tQ.at(t, c))), f = exp2f2(sub2(bq2(t, c), b2(s, c)));
-            acc(r) += dts * qq.x * f.x;
-            acc(r + 1) += dts * qq.y * f.y;
+        for (int t = blk0; t < blk0 + NB; ++t) {
+          const float* step = decay + (excl ? (t > 0 ? t - 1 : 0) : t) * DK;  // any row at t = 0 (f is 0 or reset)
+          const float d0 = unpack1<T>(lds16(tD.at(t, accRow))), d1 = unpack1<T>(lds16(tD.at(t, accRow + 8)));
+          const int lead = excl ? 1 : 0;  // f is 1 where t = s + lead
+          const float e0 = t == accRow + lead ? 1.f : 0.f, e1 = t == accRow + 8 + lead ? 1.f : 0.f;
+          CUTE_UNROLL
+          for (int j = 0; j < kChainRegs; j += 2) {
+            const int r = part + j, s = get<0>(cX(r)), c = get<1>(cX(r));
+            const float2 a = *reinterpret_cast<const float2*>(step + c);
+            const float dts = s == accRow ? d0 : d1, e = s == accRow ? e0 : e1;
+            f[j] = fmaf(f[j], a.x, e);  // 0 before the start, so the start's step is 0 * a + 1
+            f[j + 1] = fmaf(f[j + 1], a.y, e);
+            const float2 qq = unpack2<T>(lds32(tQ.at(t, c)));
+            acc(r) += dts * qq.x * f[j];
+            acc(r + 1) += dts * qq.y * f[j + 1];
           }
-        });
+        }
+      }
     }
     ctaBarrier();
     {
@@ -377,39 +449,66 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     typename G::MmaKdS mmaKdS;
     const auto cV = accCoords<C, DV>(mmaKdS);
     {
-      // A^T's diagonal blocks: warp w takes block w, a lane DK / 32 channels; the sum over
+      // A^T's diagonal blocks: warp w takes block w, a lane DK / 32 channels. Per source token s
+      // a decay chain runs up the block: w = k_s e^{bq_t - b_s} steps from t to t + 1 by one
+      // multiply with the lane's e^{g} (registers), no exponential per term; the sum over
       // channels by reduceScatter16 (diagonal_prepare.cuh). Exclusive: A[t][t] = q_t . (u k_t).
       constexpr int CPL = DK / 32;
       const int warp = wtid / 32, lane = wtid % 32, c0 = lane * CPL, s0 = warp * NB;
-      for (int si = 0; si < NB; ++si) {
-        const int s = s0 + si;
-        float kk[CPL], bs[CPL];
+      float ga[NB][CPL];  // e^{g_{s0 + ui}} of channels c0 ..
+      {
+        const float* g = p.g + tok0 * rowK + int64_t(h) * DK + c0;
         CUTE_UNROLL
-        for (int j = 0; j < CPL; j += 2) {
-          const float2 x = unpack2<T>(lds32(tK.at(s, c0 + j))), y = b2(s, c0 + j);
-          kk[j] = x.x; kk[j + 1] = x.y; bs[j] = y.x; bs[j + 1] = y.y;
-        }
-        float part[NB];
-        CUTE_UNROLL
-        for (int ti = 0; ti < NB; ++ti) {
-          part[ti] = 0.f;
-          const int t = s0 + ti;
-          if (ti < si) continue;
+        for (int ui = 0; ui < NB; ++ui)
+          CUTE_UNROLL
+          for (int j = 0; j < CPL; ++j) ga[ui][j] = s0 + ui < rows ? expFtz(g[(s0 + ui) * rowK + j]) : 1.f;
+      }
+      auto diagonalBlock = [&](auto exclusive) {  // the readout as a constant: no select a term
+        constexpr bool kExcl = decltype(exclusive)::value;
+#pragma unroll 1
+        for (int si = 0; si < NB; ++si) {
+          const int s = s0 + si;
+          float w[CPL];
           CUTE_UNROLL
           for (int j = 0; j < CPL; j += 2) {
-            const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
-            if (excl && ti == si) {
-              part[ti] += qq.x * sm.u[c0 + j] * kk[j] + qq.y * sm.u[c0 + j + 1] * kk[j + 1];
-            } else {
-              const float2 bt = bq2(t, c0 + j);
-              part[ti] += qq.x * kk[j] * expFtz(bt.x - bs[j]) + qq.y * kk[j + 1] * expFtz(bt.y - bs[j + 1]);
-            }
+            const float2 x = unpack2<T>(lds32(tK.at(s, c0 + j)));
+            w[j] = x.x; w[j + 1] = x.y;
           }
+          float part[NB];
+          CUTE_UNROLL
+          for (int ti = 0; ti < NB; ++ti) {
+            part[ti] = 0.f;
+            if (ti < si) continue;  // warp-uniform
+            const int t = s0 + ti;
+            float x = 0.f;
+            if (kExcl && ti == si) {  // the bonus; A[s + 1][s] has no decay either
+              CUTE_UNROLL
+              for (int j = 0; j < CPL; j += 2) {
+                const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
+                x += qq.x * sm.u[c0 + j] * w[j] + qq.y * sm.u[c0 + j + 1] * w[j + 1];
+              }
+              part[ti] = x;
+              continue;
+            }
+            CUTE_UNROLL
+            for (int j = 0; j < CPL; j += 2) {
+              const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
+              x = fmaf(qq.y, w[j + 1], fmaf(qq.x, w[j], x));
+            }
+            part[ti] = x;
+            if (ti + 1 < NB)  // to t + 1: times e^{g_{t+1}} (exclusive e^{g_t})
+              CUTE_UNROLL
+              for (int j = 0; j < CPL; ++j) w[j] *= ga[kExcl ? ti : ti + 1][j];
+          }
+          const float sum = reduceScatter16(part, lane);
+          const int ti = lane >> 1;
+          if ((lane & 1) == 0 && ti >= si) sts16(tAt.at(s, s0 + ti), pack1<T>(scale * sum));
         }
-        const float sum = reduceScatter16(part, lane);
-        const int ti = lane >> 1;
-        if ((lane & 1) == 0 && ti >= si) sts16(tAt.at(s, s0 + ti), pack1<T>(scale * sum));
-      }
+      };
+      if (excl)
+        diagonalBlock(std::true_type{});
+      else
+        diagonalBlock(std::false_type{});
       // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i
       typename G::MmaQK mma;
       auto thr = mma.get_thread_slice(wtid);
