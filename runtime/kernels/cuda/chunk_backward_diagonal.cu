@@ -30,9 +30,10 @@
 //             dv_s     = (K . e^{B - b})_s dS_{c+1} + sum_t A[t][s] do_t
 //                        [+ scale (q_s . (u * k_s)) do_s exclusive]
 //   pass 4  diagDuKernel sums d_u.
-// Passes 2 and 3 run as one wgmma stage instead (hopper/diag_grad.cuh, the same sums with the
-// 16-token factorisation on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200,
-// opt-in with LINAC_HOPPER_DIAG_BWD=1 until it has run there.
+// Passes 1-3 run as Hopper stages instead (hopper/diag_state_scan.cuh: the state passes on wgmma;
+// hopper/diag_grad.cuh: passes 2 and 3 as one stage, the same sums with the 16-token factorisation
+// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200, opt-in with
+// LINAC_HOPPER_DIAG_BWD=1 until they have run there.
 //
 // d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
 // into straddling-pair terms only (as the additive path does for the scalar class):
@@ -706,51 +707,58 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.exclusive = excl ? 1 : 0;
 
   if (want_du) LINAC_CUDA_CHECK(cudaMemsetAsync(p.du_part, 0, chunk_vec_bytes, stream));
-  {
+  // passes 1-3 on the Hopper stages (hopper/diag_state_scan.cuh, hopper/diag_grad.cuh) where they
+  // take the call
+  bool hopper = false;
+#ifdef LINAC_HAVE_HOPPER
+  hopper::DiagGradParams hp{};
+  DType dtype = DType::F32;
+  if constexpr (!kF32) {
+    dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
+    hopper = hopper::diagonalGradSupported(dtype, s);
+    hp.q = p.q;
+    hp.k = p.k;
+    hp.v = p.v;
+    hp.d_o = p.d_o;
+    hp.g = p.g;
+    hp.u = p.u;
+    hp.h0 = p.h0;
+    hp.d_ht = p.d_ht;
+    hp.dh0 = p.dh0;
+    hp.states = p.states;
+    hp.dstates = p.dstates;
+    hp.dq = p.dq;
+    hp.dk = p.dk;
+    hp.dv = p.dv;
+    hp.dg = p.dg;
+    hp.du_part = p.du_part;
+    hp.cu_seqlens = p.cu_seqlens;
+    hp.seq_len = p.seq_len;
+    hp.chunks_per_seq = p.chunks_per_seq;
+    hp.num_seqs = p.num_seqs;
+    hp.heads = p.heads;
+    hp.value_dim = p.value_dim;
+    hp.scale = p.scale;
+    hp.exclusive = p.exclusive;
+  }
+  if (hopper) hopper::diagonalStateScan(dtype, s, hp, stream);
+#endif
+  if (!hopper) {
     auto kernel = diagStateScanKernel<T, DK, PreciseState>;
     setSmem(kernel, ScanSmem::bytes);
     kernel<<<dim3(nvb, H * nks, 2 * N), kThreads, ScanSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("diagStateScanKernel");
   }
-  bool hopper_grad = false;  // passes 2 and 3 on the Hopper stage (hopper/diag_grad.cuh)
 #ifdef LINAC_HAVE_HOPPER
-  if constexpr (!kF32) {
-    const DType dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
-    hopper_grad = hopper::diagonalGradSupported(dtype, s);
-    if (hopper_grad) {
-      hopper::DiagGradParams hp{};
-      hp.q = p.q;
-      hp.k = p.k;
-      hp.v = p.v;
-      hp.d_o = p.d_o;
-      hp.g = p.g;
-      hp.u = p.u;
-      hp.states = p.states;
-      hp.dstates = p.dstates;
-      hp.dq = p.dq;
-      hp.dk = p.dk;
-      hp.dv = p.dv;
-      hp.dg = p.dg;
-      hp.du_part = p.du_part;
-      hp.cu_seqlens = p.cu_seqlens;
-      hp.seq_len = p.seq_len;
-      hp.chunks_per_seq = p.chunks_per_seq;
-      hp.num_seqs = p.num_seqs;
-      hp.heads = p.heads;
-      hp.value_dim = p.value_dim;
-      hp.scale = p.scale;
-      hp.exclusive = p.exclusive;
-      hopper::diagonalGrad(dtype, s, hp, slots, stream);
-    }
-  }
+  if (hopper) hopper::diagonalGrad(dtype, s, hp, slots, stream);
 #endif
-  if (!hopper_grad && slots > 0 && (p.dq || p.dk || want_dg || want_du)) {
+  if (!hopper && slots > 0 && (p.dq || p.dk || want_dg || want_du)) {
     auto kernel = diagDqdkKernel<T, DK, PreciseState>;
     setSmem(kernel, DqdkSmem::bytes);
     kernel<<<dim3(unsigned(slots), H, nks), kThreads, DqdkSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("diagDqdkKernel");
   }
-  if (!hopper_grad && slots > 0 && p.dv) {
+  if (!hopper && slots > 0 && p.dv) {
     auto kernel = diagDvKernel<T, DK, PreciseDv>;
     setSmem(kernel, DvSmem::bytes);
     kernel<<<dim3(unsigned(slots), H, nvb), kThreads, DvSmem::bytes, stream>>>(p);

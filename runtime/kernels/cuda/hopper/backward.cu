@@ -23,6 +23,8 @@ namespace linac::kernels::cuda::hopper {
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV>
+void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
+template <class T, int DK, int DV>
 void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
@@ -102,6 +104,15 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
 }
 
 template <class T>
+void runDiagScanDims(const RecurrenceShape& s, const DiagGradParams& p, cudaStream_t stream) {
+  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
+  if (k64 && v64) runDiagStateScan<T, 64, 64>(p, stream);
+  else if (k64) runDiagStateScan<T, 64, 128>(p, stream);
+  else if (v64) runDiagStateScan<T, 128, 64>(p, stream);
+  else runDiagStateScan<T, 128, 128>(p, stream);
+}
+
+template <class T>
 void runDiagDims(const RecurrenceShape& s, const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
   const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
   if (k64 && v64) runDiagGrad<T, 64, 64>(p, slots, stream);
@@ -133,6 +144,13 @@ bool diagonalGradSupported(DType dtype, const RecurrenceShape& s) {
   // Hopper forward at these dims wherever the device and the build allow it)
   const RecurrenceKind plain{DecayClass::None, UpdateRule::Additive, Readout::Inclusive};
   return forwardSupported(plain, dtype, s);
+}
+
+void diagonalStateScan(DType dtype, const RecurrenceShape& s, const DiagGradParams& p, cudaStream_t stream) {
+  LINAC_REQUIRE(diagonalGradSupported(dtype, s), "hopper diagonalStateScan: unsupported call");
+  if (p.num_seqs <= 0) return;
+  if (dtype == DType::BF16) runDiagScanDims<cutlass::bfloat16_t>(s, p, stream);
+  else runDiagScanDims<cutlass::half_t>(s, p, stream);
 }
 
 void diagonalGrad(DType dtype, const RecurrenceShape& s, const DiagGradParams& p, int64_t slots,

@@ -41,6 +41,16 @@ struct PrecomputedDiagonal {
   static constexpr DecayClass kClass = DecayClass::Diagonal;
 };
 
+/// e^x as __expf computes it (x log2 e, then MUFU.EX2) but with denormal results flushed to zero:
+/// __expf's ex2.approx.f32 rescales around every MUFU to keep them (a compare and two predicated
+/// multiplies), which a stage taking an exponential per (token, channel) would pay ~10^4 to 10^5
+/// times a CTA. The difference is below 2^-126 in absolute value.
+__device__ __forceinline__ float expFtz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
 /// Starts copying the chunk's per-token log-decays g[tok0 .. tok0 + rows) of head h into sG[0, C)
 /// (ScalarDecay only; 4-byte cp.async, tokens past `rows` zero-filled). Threads 0..C-1 take part.
 template <class Decay>

@@ -94,16 +94,6 @@ __device__ __forceinline__ int bIndex(int t, int c) {
   return t * DK + (c ^ ((t & 7) << 3));
 }
 
-/// e^x as __expf computes it (x log2 e, then MUFU.EX2) but with denormal results flushed to zero:
-/// __expf's ex2.approx.f32 rescales around every MUFU to keep them (a compare and two predicated
-/// multiplies), which the diagonal blocks, one exponential per term, would pay ~10^5 times a CTA.
-/// The difference is below 2^-126 in absolute value.
-__device__ __forceinline__ float expFtz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
-  return y;
-}
-
 /// Barrier over the whole CTA, called from each warpgroup's own branch (bar.sync counts warps, so
 /// the three call sites meet).
 __device__ __forceinline__ void ctaBarrier() { asm volatile("bar.sync 0;\n" ::: "memory"); }

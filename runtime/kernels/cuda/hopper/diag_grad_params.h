@@ -1,7 +1,8 @@
-// Arguments of the Hopper gradient stage of the diagonal decay (diag_grad.cuh). Tensors are
-// contiguous [B, T, H, D] as in the forward (forward_params.h); the two state workspaces are the
-// mma.sync path's pass 1 outputs (chunk_backward_diagonal.cu), fp32, one row per chunk slot
-// (chunk_slots.cuh).
+// Arguments of the Hopper backward of the diagonal decay: its state passes (diag_state_scan.cuh)
+// and its gradient stage (diag_grad.cuh). Tensors are contiguous [B, T, H, D] as in the forward
+// (forward_params.h); the two state workspaces, fp32 with one row per chunk slot
+// (chunk_slots.cuh), are written by the state passes (on wgmma, or by chunk_backward_diagonal.cu's
+// mma.sync pass 1) and read by the gradient stage.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,11 @@ struct DiagGradParams {
   const void* d_o;        // [B, T, H, dv]
   const float* g;         // [B, T, H, dk] log-decay
   const float* u;         // [H, dk] (exclusive readout) or null
-  const float* states;    // [slots, H, dk, dv] fp32 S_c, the state before chunk c
-  const float* dstates;   // [slots, H, dk, dv] fp32 dS_{c+1}, the gradient after chunk c
+  const float* h0;        // [N, H, dk, dv] initial state or null
+  const float* d_ht;      // [N, H, dk, dv] final state's gradient or null
+  float* dh0;             // [N, H, dk, dv] or null
+  float* states;          // [slots, H, dk, dv] fp32 S_c, the state before chunk c
+  float* dstates;         // [slots, H, dk, dv] fp32 dS_{c+1}, the gradient after chunk c
   void* dq;               // [B, T, H, dk] or null
   void* dk;               // [B, T, H, dk] or null
   void* dv;               // [B, T, H, dv] or null

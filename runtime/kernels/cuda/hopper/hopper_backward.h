@@ -7,9 +7,9 @@
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md).
-//  - the diagonal decay's gradient stage (diag_grad.cuh), called by chunk_backward_diagonal.cu
-//    after its state scans in place of its passes 2 and 3; opt-in with LINAC_HOPPER_DIAG_BWD=1
-//    until it has run on an H200.
+//  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_grad.cuh),
+//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3; opt-in with
+//    LINAC_HOPPER_DIAG_BWD=1 until they have run on an H200.
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -29,12 +29,18 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
               const RecurrenceBackwardArgs& args, int64_t num_seqs, cudaStream_t stream);
 
-/// Whether diagonalGrad() takes this call: LINAC_HOPPER_DIAG_BWD=1, a Hopper device with the
+/// Whether diagonalStateScan() and diagonalGrad() take this call: LINAC_HOPPER_DIAG_BWD=1, a Hopper device with the
 /// sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
 bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
 
+/// The fp32 state workspaces (params.states, params.dstates) and d_h0 (when non-null) of every
+/// sequence and head: chunk_backward_diagonal.cu's pass 1 on wgmma. Supported where
+/// diagonalGradSupported is.
+void diagonalStateScan(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
+                       cudaStream_t stream);
+
 /// dq, dk, dv, d_g and the d_u partials (each when non-null) of every chunk slot and head, from
-/// the fp32 state workspaces of chunk_backward_diagonal.cu's pass 1.
+/// the fp32 state workspaces.
 void diagonalGrad(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
                   int64_t slots, cudaStream_t stream);
 

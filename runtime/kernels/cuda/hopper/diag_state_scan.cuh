@@ -1,0 +1,209 @@
+// Hopper backward of the additive rule with a DIAGONAL decay (GLA, HGRN-2, RWKV-6), the state
+// passes: chunk_backward_diagonal.cu's pass 1 on wgmma, for 16-bit inputs at dk in {64, 128}.
+// It writes the same fp32 workspaces, one row per chunk slot, that diag_grad.cuh reads:
+//   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
+//             S <- diag(e^B) S + (K . e^{B - b})^T V
+//   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,
+//             dS <- diag(e^B) dS + (scale Q . e^{bq})^T dO;        d_h0 = dS at the end
+// with, per key channel, b_t the chunk's inclusive cumulative log-decay, B = b_{C-1} and bq_t = b_t
+// (inclusive readout) or b_{t-1} (exclusive, b_{-1} = 0). Each exponent is summed in fp32 from its
+// own end, B - b_t = sum_{u > t} g_u downward and bq_t upward, so its rounding scales with its own
+// size (strong gates: the large sums only ever make factors that underflow to 0).
+//
+// One CTA (one warpgroup) per (block of BV value columns, head, sequence x direction), both
+// directions in one launch. The state is the wgmma accumulator [DK, BV] in fp32. Per chunk: X (k
+// or q) and Y (v or d_o) arrive by cp.async one chunk ahead, the log-decays g once this chunk's
+// are used (one stage: two CTAs fit an SM); a thread per (channel, token range) sums its
+// channel's g, forms the per-token factors and scales X in place (the 16-bit A operand, read through its transposed view); the state rows are scaled by e^B
+// and the product X^T Y accumulates on the tensor cores.
+#pragma once
+
+#include "../chunk_slots.cuh"
+#include "../cuda_check.h"
+#include "diag_grad_params.h"
+#include "state_scan.cuh"
+
+namespace linac::kernels::cuda::hopper {
+
+constexpr int kDiagScanValueBlock = 64;  // value columns per CTA
+
+template <class T, int DK, int BV>
+struct DiagStateScanTiles {
+  static constexpr int C = kChunk;
+  using Base = StateScanTiles<T, DK, BV>;  // the additive state passes' operand tiles and product
+  using X = typename Base::X;              // k or q [t, d], two stages; scaled in place
+  using Xt = typename Base::Xt;
+  using Y = typename Base::Y;              // v or d_o (v, t), two stages
+  using Mma = typename Base::Mma;          // [DK, BV] += X^T Y
+  static constexpr int kParts = kWarpgroupThreads / DK;  // threads per channel
+  static constexpr int kSpan = C / kParts;                // tokens per thread
+  static_assert(kParts * DK == kWarpgroupThreads && kParts * kSpan == C, "a channel per thread group");
+
+  struct Smem {
+    alignas(1024) T x[cosize_v<X>];
+    alignas(1024) T y[cosize_v<Y>];
+    alignas(16) float g[C * DK];  // log-decays [t][c]
+    float eB[DK];                // e^B per channel
+    float part[kParts][DK];      // each token range's sum of g (kParts > 1)
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+template <class T, int DK, int BV>
+__global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const DiagGradParams p) {
+  using Tiles = DiagStateScanTiles<T, DK, BV>;
+  using Mma = typename Tiles::Mma;
+  constexpr int C = Tiles::C, kParts = Tiles::kParts, kSpan = Tiles::kSpan;
+  extern __shared__ __align__(16) uint8_t smemRaw[];
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
+  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+
+  const int tid = threadIdx.x;
+  const int N = p.num_seqs, H = p.heads, DV = p.value_dim, h = blockIdx.y, v0 = blockIdx.x * BV;
+  const bool reverse = int(blockIdx.z) >= N, excl = p.exclusive != 0;
+  const int n = reverse ? int(blockIdx.z) - N : int(blockIdx.z);
+  int64_t bos, len, coff;
+  seqInfo<C>(p, n, bos, len, coff);
+  const int numChunks = int((len + C - 1) / C);
+
+  const T* x = static_cast<const T*>(reverse ? p.q : p.k);    // [B, T, H, dk]
+  const T* y = static_cast<const T*>(reverse ? p.d_o : p.v);  // [B, T, H, dv]
+  float* out = reverse ? p.dstates : p.states;                // [slots, H, dk, dv]
+
+  const auto tX = smemTile(sm.x, typename Tiles::X{});
+  const auto tXt = smemTile(sm.x, typename Tiles::Xt{});
+  const auto tY = smemTile(sm.y, typename Tiles::Y{});
+  Mma mma;
+  auto thr = mma.get_thread_slice(tid);
+  Tensor fXt = thr.partition_fragment_A(tXt.tensor());  // (MMA, M, K, stage)
+  Tensor fY = thr.partition_fragment_B(tY.tensor());
+  Tensor acc = partition_fragment_C(mma, Shape<Int<DK>, Int<BV>>{});
+  const auto cS = accCoords<DK, BV>(mma);
+
+  const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
+  const float* init = reverse ? p.d_ht : p.h0;
+  forEachPair<Mma>(cS, [&](int i, int d, int v) {
+    const float* s0 = init + stateOffset + int64_t(d) * DV + v;
+    acc(i) = init ? s0[0] : 0.f;
+    acc(i + 1) = init ? s0[1] : 0.f;
+  });
+
+  const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
+  auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
+  auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  auto loadTiles = [&](int c, int stage) {
+    const int64_t tok0 = bos + int64_t(c) * C;
+    const int rows = rowsOf(c);
+    loadTile<false, C, DK, kWarpgroupThreads>(tX, stage, x + tok0 * rowX + int64_t(h) * DK, rowX, rows);
+    loadTile<true, C, BV, kWarpgroupThreads>(tY, stage, y + tok0 * rowY + int64_t(h) * DV + v0, rowY, rows);
+  };
+  auto loadDecays = [&](int c) {  // 0 past the sequence's end
+    const int64_t tok0 = bos + int64_t(c) * C;
+    const int rows = rowsOf(c);
+    const float* g = p.g + tok0 * rowX + int64_t(h) * DK;
+    for (int e = tid; e < C * DK / 4; e += kWarpgroupThreads) {
+      const int t = e / (DK / 4), col = (e % (DK / 4)) * 4;
+      const bool valid = t < rows;
+      copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.g[t * DK + col])),
+             g + (valid ? t * rowX + col : 0), valid);
+    }
+  };
+  if (numChunks > 0) {
+    loadTiles(chunkOf(0), 0);
+    loadDecays(chunkOf(0));
+  }
+  copyCommit();
+
+  // This thread's channel and token range [t0, t0 + kSpan).
+  const int ch = tid % DK, part = tid / DK, t0 = part * kSpan;
+  const float scale = p.scale;
+  for (int i = 0; i < numChunks; ++i) {
+    const int stage = i & 1, c = chunkOf(i);
+    copyWait<0>();
+    fenceToAsyncProxy();
+    __syncthreads();  // this chunk's tiles landed; the previous product is done with the other stage
+    if (i + 1 < numChunks) loadTiles(chunkOf(i + 1), stage ^ 1);
+    copyCommit();
+
+    // The state here is S_c (forward) or dS_{c+1} (reverse).
+    float* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
+    forEachPair<Mma>(cS, [&](int e, int d, int v) {
+      *reinterpret_cast<float2*>(slot + int64_t(d) * DV + v) = make_float2(acc(e), acc(e + 1));
+    });
+
+    const float* g = sm.g + t0 * DK + ch;  // this channel's g_{t0 + j} at g[j * DK]
+    float before = 0.f, after = 0.f;  // the other ranges' sums before / after this one
+    if constexpr (kParts > 1) {
+      float total = 0.f;
+      for (int j = 0; j < kSpan; ++j) total += g[j * DK];
+      sm.part[part][ch] = total;
+      __syncthreads();
+      CUTE_UNROLL
+      for (int q = 0; q < kParts; ++q) {
+        if (q < part) before += sm.part[q][ch];
+        if (q > part) after += sm.part[q][ch];
+      }
+    }
+    // X[t][ch] *= e^{B - b_t} (forward: a suffix sum, walked down) or scale e^{bq_t} (reverse: a
+    // prefix sum, walked up)
+    if (!reverse) {
+      float run = after;  // sum_{u > t} g_u
+#pragma unroll 8
+      for (int j = kSpan - 1; j >= 0; --j) {
+        const uint32_t a = tX.at(t0 + j, ch, stage);
+        sts16(a, pack1<T>(unpack1<T>(lds16(a)) * expFtz(run)));
+        run += g[j * DK];
+      }
+      if (part == 0) sm.eB[ch] = expFtz(run);
+    } else {
+      float run = before;  // b_t
+#pragma unroll 8
+      for (int j = 0; j < kSpan; ++j) {
+        const float gj = g[j * DK], bq = excl ? run : run + gj;
+        run += gj;
+        const uint32_t a = tX.at(t0 + j, ch, stage);
+        sts16(a, pack1<T>(unpack1<T>(lds16(a)) * (scale * expFtz(bq))));
+      }
+      if (part == kParts - 1) sm.eB[ch] = expFtz(run);
+    }
+    fenceToAsyncProxy();
+    __syncthreads();  // the scaled X and e^B for every channel; g is read
+    if (i + 1 < numChunks) loadDecays(chunkOf(i + 1));
+    copyCommit();
+    forEachPair<Mma>(cS, [&](int e, int d, int v) {
+      const float f = sm.eB[d];
+      acc(e) *= f;
+      acc(e + 1) *= f;
+    });
+    issue(acc);
+    gemm<false>(mma, fXt(_, _, _, stage), fY(_, _, _, stage), acc);
+    commitAndWait(acc);
+  }
+
+  if (reverse && p.dh0) {
+    forEachPair<Mma>(cS, [&](int i, int d, int v) {
+      *reinterpret_cast<float2*>(p.dh0 + stateOffset + int64_t(d) * DV + v) = make_float2(acc(i), acc(i + 1));
+    });
+  }
+}
+
+/// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it).
+template <class T, int DK, int DV>
+void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
+  constexpr int BV = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock;
+  static_assert(DV % BV == 0, "whole value blocks");
+  auto kernel = diagStateScanKernel<T, DK, BV>;
+  constexpr size_t bytes = DiagStateScanTiles<T, DK, BV>::kSmemBytes;
+  LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<dim3(DV / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::diagStateScanKernel");
+}
+
+}  // namespace linac::kernels::cuda::hopper
+
+// Used inside namespace linac::kernels::cuda::hopper.
+#define LINAC_HOPPER_DIAG_STATE_SCAN_INSTANTIATE(T)                          \
+  template void runDiagStateScan<T, 64, 64>(const DiagGradParams&, cudaStream_t);  \
+  template void runDiagStateScan<T, 64, 128>(const DiagGradParams&, cudaStream_t); \
+  template void runDiagStateScan<T, 128, 64>(const DiagGradParams&, cudaStream_t); \
+  template void runDiagStateScan<T, 128, 128>(const DiagGradParams&, cudaStream_t);
