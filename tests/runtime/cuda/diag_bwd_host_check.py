@@ -27,7 +27,8 @@ A[t][t] = q_t . (u k_t), d_u partial = sum_t D[t][t] q_t k_t. d_g chunk-local, p
            [- q_t dq'_t exclusive],   Z = e^B <S_c, dS_{c+1}>   (dq' without the bonus)
 Checks:
   1. the reverse sweep against central finite differences of the forward (tiny case);
-  2. the chunk algorithm in float64 against the sweep: ~1e-12 expected;
+  2. the state passes and the chunk algorithm in float64 against the sweep: ~1e-12 expected (every
+     row takes S_c, dS_{c+1} and d_h0 from state_scan(), with the passes' roundings where it rounds);
   3. the chunk algorithm with the kernel's roundings (bf16 / fp16 where it rounds: S_c and dS_{c+1}
      converted to the input dtype, D, Ks, Qs, K e^{B - b}, Kr_i and A^T as wgmma operands, the
      outputs dq, dk, dv; fp32 elsewhere): the predicted relative RMS errors against the lab's gate.
@@ -113,7 +114,7 @@ def reverse_sweep(x, excl):
             dSc.append(carried_after(x, excl, last + 1))
         else:
             dSc.append(dht.copy())
-    return dict(dq=dq, dk=dk, dv=dv, dg=dg, du=du), Sc, dSc
+    return dict(dq=dq, dk=dk, dv=dv, dg=dg, du=du, dh0=G), Sc, dSc
 
 
 def carried_after(x, excl, t0):
@@ -128,6 +129,40 @@ def carried_after(x, excl, t0):
         if excl:
             G = G + scale * np.outer(q[t], do[t])
     return G
+
+
+# ---- the state passes (diag_state_scan.cuh) -----------------------------------------------------
+def state_scan(x, excl, rnd):
+    """S_c and dS_{c+1} per chunk and d_h0 as diag_state_scan.cuh forms them: the exponents summed
+    token by token in fp32 from their own ends (B - b_t downward, bq_t upward), X . F rounded to
+    the input dtype (the wgmma operand), the state accumulated in fp32 (modelled exactly)."""
+    q, k, v, do, g, scale = (x[n] for n in ("q", "k", "v", "do", "g", "scale"))
+    T, dk_ = q.shape
+    f32 = np.float64 if rnd is exact else np.float32  # exact: the algebra alone
+    nch = (T + C - 1) // C
+    chunk = lambda c: slice(c * C, min(T, (c + 1) * C))
+    states, S = [], x["h0"].copy()
+    for c in range(nch):
+        sl = chunk(c)
+        gc, rows = g[sl].astype(f32), sl.stop - sl.start
+        states.append(S.copy())
+        F, run = np.zeros((rows, dk_)), np.zeros(dk_, f32)  # run = B - b_t, then B
+        for t in range(rows - 1, -1, -1):
+            F[t] = np.exp(run.astype(np.float64))
+            run = f32(run + gc[t])
+        S = np.exp(run.astype(np.float64))[:, None] * S + rnd(k[sl] * F).T @ v[sl]
+    dstates, dS = [None] * nch, x["dht"].copy()
+    for c in reversed(range(nch)):
+        sl = chunk(c)
+        gc, rows = g[sl].astype(f32), sl.stop - sl.start
+        dstates[c] = dS.copy()
+        F, run = np.zeros((rows, dk_)), np.zeros(dk_, f32)  # run = b_t
+        for t in range(rows):
+            bq = run if excl else f32(run + gc[t])
+            run = f32(run + gc[t])
+            F[t] = f32(scale) * np.exp(bq.astype(np.float64))
+        dS = np.exp(run.astype(np.float64))[:, None] * dS + rnd(q[sl] * F).T @ do[sl]
+    return states, dstates, dS
 
 
 # ---- the chunk stage (diag_grad.cuh), one chunk ------------------------------------------------
@@ -289,10 +324,12 @@ def main():
         for excl in (False, True):
             for dtype, rnd in (("exact", exact), ("bf16", round_bf16), ("f16", round_f16)):
                 x = make_inputs(rng, T, dk, dv, gmul, gclamp, round_bf16 if dtype == "exact" else rnd)
-                ref, Sc, dSc = reverse_sweep(x, excl)
+                ref, _, _ = reverse_sweep(x, excl)
+                Sc, dSc, dh0 = state_scan(x, excl, rnd)
                 got = chunked(x, excl, Sc, dSc, rnd)
+                got["dh0"] = dh0
                 gate = 1e-10 if dtype == "exact" else GATE
-                names = ("dq", "dk", "dv", "dg") + (("du",) if excl else ())
+                names = ("dq", "dk", "dv", "dg", "dh0") + (("du",) if excl else ())
                 errs = {n: rel(got[n], ref[n]) for n in names}
                 good = all(e < gate for e in errs.values())
                 ok &= good
