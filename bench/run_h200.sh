@@ -36,6 +36,10 @@
 #   bash bench/run_h200.sh checks [seconds]
 #     gputests, then `linac verify --device cuda` (VERIFY_SPECS at VERIFY_SHAPES) with its linac.
 #
+#   bash bench/run_h200.sh reproduce [seconds]
+#     bench/reproduce.sh on the GPU (PART=lm, then PART=mqar in a second call on the warm machine):
+#     the small-scale study's table ($OUT/table.md), both results.csv, the plots.
+#
 #   bash bench/run_h200.sh parity [seconds]
 #     linac's Python package (python/, built with CUDA) beside fla's ops on identical inputs:
 #     bench/fla_parity.py's rel-RMS of outputs, final states and gradients ($OUT/parity.jsonl);
@@ -63,7 +67,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|parity [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|reproduce|parity [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -423,6 +427,23 @@ checks() {
   verify_cuda
 }
 
+# bench/reproduce.sh (the small-scale study: the language-model and MQAR sweeps, then their table)
+# with build-gpu's linac on the GPU; PART / LM_STEPS / ... pass through. The sweeps live in
+# /tmp/linac-repro, so a later call on the same warm machine continues them (PART=mqar after
+# PART=lm); the tables, both results.csv and the plots (tarred) come back.
+reproduce() {
+  build || exit 1
+  DEVICE=cuda phase "${REPRO_LIMIT:-540}" bash bench/reproduce.sh /tmp/linac-repro "$PWD/$L" 2>&1 \
+    | tee "$OUT/reproduce.log" | grep -E "^\[|^==|failed|error"
+  echo "reproduce rc=${PIPESTATUS[0]} ($((SECONDS - start)) s)"
+  python3 bench/reproduce_table.py /tmp/linac-repro > /dev/null 2>&1
+  cp /tmp/linac-repro/table.md /tmp/linac-repro/table.json "$OUT/" 2>/dev/null
+  for part in lm mqar; do cp "/tmp/linac-repro/$part/results.csv" "$OUT/results-$part.csv" 2>/dev/null; done
+  local plots=(); for part in lm mqar; do [ -d "/tmp/linac-repro/$part/plots" ] && plots+=("$part/plots"); done
+  [ ${#plots[@]} -gt 0 ] && tar -C /tmp/linac-repro -czf "$OUT/plots.tgz" "${plots[@]}"
+  cat "$OUT/table.md" 2>/dev/null
+}
+
 # linac's Python package beside fla's ops on identical inputs (bench/fla_parity.py): the wheel's
 # CMake project (python/, no pip there) built with its CUDA backend and Hopper stages, installed
 # with python/linac beside it, then one JSON line per variant and tensor ($OUT/parity.jsonl) and
@@ -498,7 +519,8 @@ case "$MODE" in
   time) timed ;;
   gputests) gputests ;;
   checks) checks ;;
+  reproduce) reproduce ;;
   parity) parity ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|parity [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|reproduce|parity [seconds]" >&2; exit 2 ;;
 esac
