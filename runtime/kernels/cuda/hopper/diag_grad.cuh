@@ -115,6 +115,29 @@ constexpr int chainParts() {
   return N / 16 > 0 ? N / 16 : 1;
 }
 
+/// One step of a diagonal block's decay chains over accumulator registers [part, part + kRegs)
+/// (pairs of adjacent columns), whose rows are this thread's two, accRow and accRow + 8:
+/// f <- f a + e (a: the step's row of e^{g}; e: 1 at the step where a row's chain starts, else 0,
+/// f being 0 before it), then acc += d x f (x: the step's operand row in `tile`; d: the step's D
+/// entry for each row). dq walks s down the block with x = k_s, dk walks t up it with x = q_t.
+template <class T, int kRegs, class Acc, class Coords, class Tile>
+__device__ __forceinline__ void chainStep(Acc& acc, float (&f)[kRegs], int part, const Coords& coords,
+                                          int accRow, const float* a, const Tile& tile, int xRow,
+                                          float2 d, float2 e) {
+  CUTE_UNROLL
+  for (int j = 0; j < kRegs; j += 2) {
+    const int i = part + j, c = get<1>(coords(i));
+    const bool low = get<0>(coords(i)) == accRow;
+    const float dd = low ? d.x : d.y, ee = low ? e.x : e.y;
+    const float2 ac = *reinterpret_cast<const float2*>(a + c);
+    f[j] = fmaf(f[j], ac.x, ee);
+    f[j + 1] = fmaf(f[j + 1], ac.y, ee);
+    const float2 x = unpack2<T>(lds32(tile.at(xRow, c)));
+    acc(i) += dd * x.x * f[j];
+    acc(i + 1) += dd * x.y * f[j + 1];
+  }
+}
+
 template <class T, int DK, int DV>
 __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const DiagGradParams p) {
   using Tiles = DiagGradTiles<T, DK, DV>;
@@ -314,21 +337,11 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
         for (int j = 0; j < kChainRegs; ++j) f[j] = 0.f;
 #pragma unroll 1
         for (int s = blk0 + NB - 1; s >= blk0; --s) {
-          const float* next = decay + (s + 1 < C ? s + 1 : s) * DK;  // e^{g_{s+1}}; any row at the end (f is 0 or reset)
-          const float d0 = unpack1<T>(lds16(tD.at(accRow, s))), d1 = unpack1<T>(lds16(tD.at(accRow + 8, s)));
-          const int lead = excl ? 1 : 0;  // f is 1 where s = t - lead
-          const float e0 = s == accRow - lead ? 1.f : 0.f, e1 = s == accRow + 8 - lead ? 1.f : 0.f;
-          CUTE_UNROLL
-          for (int j = 0; j < kChainRegs; j += 2) {
-            const int i = part + j, t = get<0>(cX(i)), c = get<1>(cX(i));
-            const float2 a = *reinterpret_cast<const float2*>(next + c);
-            const float dts = t == accRow ? d0 : d1, e = t == accRow ? e0 : e1;
-            f[j] = fmaf(f[j], a.x, e);  // 0 above the start, so the start's step is 0 * a + 1
-            f[j + 1] = fmaf(f[j + 1], a.y, e);
-            const float2 kk = unpack2<T>(lds32(tK.at(s, c)));
-            acc(i) += dts * kk.x * f[j];
-            acc(i + 1) += dts * kk.y * f[j + 1];
-          }
+          const int lead = excl ? 1 : 0;  // row t's chain starts at s = t - lead
+          const float2 d = make_float2(unpack1<T>(lds16(tD.at(accRow, s))), unpack1<T>(lds16(tD.at(accRow + 8, s))));
+          const float2 e = make_float2(s == accRow - lead ? 1.f : 0.f, s == accRow + 8 - lead ? 1.f : 0.f);
+          // e^{g_{s+1}} (at the chunk's last row any row will do: f is 0 or restarts there)
+          chainStep<T>(acc, f, part, cX, accRow, decay + (s + 1 < C ? s + 1 : s) * DK, tK, s, d, e);
         }
       }
     }
@@ -401,21 +414,11 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
         for (int j = 0; j < kChainRegs; ++j) f[j] = 0.f;
 #pragma unroll 1
         for (int t = blk0; t < blk0 + NB; ++t) {
-          const float* step = decay + (excl ? (t > 0 ? t - 1 : 0) : t) * DK;  // any row at t = 0 (f is 0 or reset)
-          const float d0 = unpack1<T>(lds16(tD.at(t, accRow))), d1 = unpack1<T>(lds16(tD.at(t, accRow + 8)));
-          const int lead = excl ? 1 : 0;  // f is 1 where t = s + lead
-          const float e0 = t == accRow + lead ? 1.f : 0.f, e1 = t == accRow + 8 + lead ? 1.f : 0.f;
-          CUTE_UNROLL
-          for (int j = 0; j < kChainRegs; j += 2) {
-            const int r = part + j, s = get<0>(cX(r)), c = get<1>(cX(r));
-            const float2 a = *reinterpret_cast<const float2*>(step + c);
-            const float dts = s == accRow ? d0 : d1, e = s == accRow ? e0 : e1;
-            f[j] = fmaf(f[j], a.x, e);  // 0 before the start, so the start's step is 0 * a + 1
-            f[j + 1] = fmaf(f[j + 1], a.y, e);
-            const float2 qq = unpack2<T>(lds32(tQ.at(t, c)));
-            acc(r) += dts * qq.x * f[j];
-            acc(r + 1) += dts * qq.y * f[j + 1];
-          }
+          const int lead = excl ? 1 : 0;  // row s's chain starts at t = s + lead
+          const float2 d = make_float2(unpack1<T>(lds16(tD.at(t, accRow))), unpack1<T>(lds16(tD.at(t, accRow + 8))));
+          const float2 e = make_float2(t == accRow + lead ? 1.f : 0.f, t == accRow + 8 + lead ? 1.f : 0.f);
+          // e^{g_t} (exclusive e^{g_{t-1}}; at t = 0 any row will do: f is 0 or restarts there)
+          chainStep<T>(acc, f, part, cX, accRow, decay + (excl ? (t > 0 ? t - 1 : 0) : t) * DK, tQ, t, d, e);
         }
       }
     }
