@@ -82,11 +82,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
 
   const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
   const float* init = reverse ? p.d_ht : p.h0;
-  forEachPair<Mma>(cS, [&](int i, int d, int v) {
-    const float* s0 = init + stateOffset + int64_t(d) * DV + v;
-    acc(i) = init ? s0[0] : 0.f;
-    acc(i + 1) = init ? s0[1] : 0.f;
-  });
+  loadStateBlock<Mma>(acc, cS, init ? init + stateOffset : nullptr, DV);
 
   const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
@@ -126,10 +122,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
     copyCommit();
 
     // The state here is S_c (forward) or dS_{c+1} (reverse).
-    float* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
-    forEachPair<Mma>(cS, [&](int e, int d, int v) {
-      *reinterpret_cast<float2*>(slot + int64_t(d) * DV + v) = make_float2(acc(e), acc(e + 1));
-    });
+    storeStateBlock<Mma>(acc, cS, out + ((coff + c) * H + h) * int64_t(DK) * DV + v0, DV);
 
     const float* g = sm.g + t0 * DK + ch;  // this channel's g_{t0 + j} at g[j * DK]
     float before = 0.f, after = 0.f;  // the other ranges' sums before / after this one
@@ -180,11 +173,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
     commitAndWait(acc);
   }
 
-  if (reverse && p.dh0) {
-    forEachPair<Mma>(cS, [&](int i, int d, int v) {
-      *reinterpret_cast<float2*>(p.dh0 + stateOffset + int64_t(d) * DV + v) = make_float2(acc(i), acc(i + 1));
-    });
-  }
+  if (reverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
 }
 
 /// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it).

@@ -37,6 +37,25 @@ struct StateScanTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
+/// acc <- the [DK, BV] block (rows d, columns v) of an fp32 state row-major with DV columns at
+/// `block` (zeros when it is null): h0 or d_ht at the start of a state pass.
+template <class Mma, class Acc, class Coords>
+__device__ void loadStateBlock(Acc& acc, const Coords& coords, const float* block, int DV) {
+  forEachPair<Mma>(coords, [&](int i, int d, int v) {
+    const float* s0 = block + int64_t(d) * DV + v;
+    acc(i) = block ? s0[0] : 0.f;
+    acc(i + 1) = block ? s0[1] : 0.f;
+  });
+}
+
+/// The [DK, BV] fp32 accumulator into such a block: d_h0 at the end of a reverse pass.
+template <class Mma, class Acc, class Coords>
+__device__ void storeStateBlock(const Acc& acc, const Coords& coords, float* block, int DV) {
+  forEachPair<Mma>(coords, [&](int i, int d, int v) {
+    *reinterpret_cast<float2*>(block + int64_t(d) * DV + v) = make_float2(acc(i), acc(i + 1));
+  });
+}
+
 template <class T, int DK, int BV, class Decay, bool kReverse>
 __global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const BackwardParams p) {
   using Tiles = StateScanTiles<T, DK, BV>;
@@ -73,11 +92,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const Backw
 
   const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
   const float* init = reverse ? p.d_ht : p.h0;
-  forEachPair<Mma>(cS, [&](int i, int d, int v) {
-    const float* s0 = init + stateOffset + int64_t(d) * DV + v;
-    acc(i) = init ? s0[0] : 0.f;
-    acc(i + 1) = init ? s0[1] : 0.f;
-  });
+  loadStateBlock<Mma>(acc, cS, init ? init + stateOffset : nullptr, DV);
 
   const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
@@ -143,12 +158,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const Backw
     commitAndWait(acc);
   }
 
-  if (kReverse && p.dh0) {
-    forEachPair<Mma>(cS, [&](int i, int d, int v) {
-      *reinterpret_cast<float2*>(p.dh0 + stateOffset + int64_t(d) * DV + v) =
-          make_float2(acc(i), acc(i + 1));
-    });
-  }
+  if (kReverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
 }
 
 }  // namespace linac::kernels::cuda::hopper
