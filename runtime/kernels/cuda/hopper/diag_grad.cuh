@@ -326,8 +326,8 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       }
       // diagonal block by decay chains: s walks down the block while f carries
       // e^{bq_t - b_s} = prod_{u = s + 1}^{t'} e^{g_u} (t' = t, or t - 1 exclusive) per (row,
-      // channel): 1 at s = t', one multiply a step below it, 0 above. A term costs two multiplies
-      // and an FMA beside its loads, no exponential; the accumulator is taken kChainRegs
+      // channel): 1 at s = t', one multiply a step below it, 0 above (chainStep). A term costs two
+      // FMAs and a multiply beside its loads, no exponential; the accumulator is taken kChainRegs
       // registers at a time, so the products fit beside it.
       chainsBarrier();
       CUTE_UNROLL
