@@ -120,11 +120,14 @@ class HybridLM(nn.Module):
         nn.init.normal_(self.embed.weight, std=INIT_STD)
         nn.init.normal_(self.head.weight, std=INIT_STD)
 
-    def forward(self, tokens):  # tokens [B, T] -> logits [B, T, vocab]
+    def hidden(self, tokens):  # tokens [B, T] -> the LM head's input [B, T, hidden]
         x = self.embed(tokens)
         for b in self.blocks:
             x = b(x)
-        return self.head(self.norm(x))
+        return self.norm(x)
+
+    def forward(self, tokens):  # tokens [B, T] -> logits [B, T, vocab]
+        return self.head(self.hidden(tokens))
 
 
 def draw_tokens(kind, batch, length, vocab, device):
@@ -156,6 +159,9 @@ def main():
                    help="linac: fla's layers with their chunk kernels swapped for linac's (bench/fla_swap.py; "
                         "linac's Python package on PYTHONPATH)")
     p.add_argument("--seed", type=int, default=0, help="the model's initialisation and the token draws")
+    p.add_argument("--loss", choices=("fused", "plain"), default="fused",
+                   help="fused: fla's FusedLinearCrossEntropyLoss (the LM head and the loss in chunks, as fla's "
+                        "models train; linac's step fuses them too); plain: the logits, then F.cross_entropy")
     p.add_argument("--data", choices=("random", "zipf-copy"), default="random",
                    help="the tokens (draw_tokens): random for timing, zipf-copy for comparing loss curves")
     p.add_argument("--bypass-hopper-guard", action="store_true",
@@ -174,9 +180,12 @@ def main():
     model = HybridLM(args.variant, args.ratio, args.layers, args.hidden, args.attn_heads, args.vocab).to(dev)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if args.loss == "fused":
+        from fla.modules import FusedLinearCrossEntropyLoss
+        criterion = FusedLinearCrossEntropyLoss()
     row = dict(backend="fla-layers" if args.kernels == "fla" else "fla-layers+linac-kernels", variant=args.variant, schedule=f"{args.ratio}:1", layers=args.layers,
                hidden=args.hidden, vocab=args.vocab, batch=args.batch, seq_len=args.seq_len, params=params,
-               data=args.data)
+               data=args.data, loss=args.loss)
     if args.bypass_hopper_guard and args.variant == "gated_deltanet":  # GLA's layer never hits the guard
         row["guard_bypassed"] = True
     tokens_per_step = args.batch * args.seq_len
@@ -187,8 +196,12 @@ def main():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.float().view(-1, args.vocab), tokens[:, 1:].reshape(-1))
+                if args.loss == "fused":
+                    loss = criterion(model.hidden(tokens[:, :-1]), tokens[:, 1:], model.head.weight)
+                else:
+                    logits = model(tokens[:, :-1])
+            if args.loss == "plain":
+                loss = F.cross_entropy(logits.float().view(-1, args.vocab), tokens[:, 1:].reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
