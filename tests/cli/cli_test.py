@@ -21,7 +21,7 @@ SPEC = os.path.join(SPECS, "gated_deltanet.yaml")
 
 # Each command's flags, as its --help must list them (besides --help).
 FLAGS = {
-    "compile": ["--emit", "--schedule", "--preset", "--target", "--out", "--specs-dir", "--check"],
+    "compile": ["--emit", "--schedule", "--preset", "--out", "--specs-dir", "--check"],
     "emit": ["--out", "--backends"],
     "verify": ["--device", "--shape", "--dtypes", "--seed", "--chunk"],
     "bench": ["--device", "--shape", "--dtype", "--iters", "--warmup", "--json"],

@@ -20,8 +20,8 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   mlir::linac::registerLinacPasses();
   mlir::PassPipelineRegistration<> pipeline(
-      "linac-pipeline", "the linac optimisation pipeline (cpu target)",
-      [](mlir::OpPassManager &pm) { mlir::linac::buildLinacPipeline(pm, "cpu"); });
+      "linac-pipeline", "the linac optimisation pipeline",
+      [](mlir::OpPassManager &pm) { mlir::linac::buildLinacPipeline(pm); });
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::linac::LinacDialect, mlir::arith::ArithDialect,

@@ -63,9 +63,6 @@ Command addCompileCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--preset", f->options.preset, "the preset that resolves the sizes (tiny, 340m, 1.3b or a file)")
       ->capture_default_str();
-  app->add_option("--target", f->options.target, "the target whose tile choices are made")
-      ->check(CLI::IsMember({"cuda", "cpu"}))
-      ->capture_default_str();
   app->add_option("--out", f->out, "where generated/<variant>/ is written (with --check: the folder checked)")
       ->capture_default_str();
   app->add_option("--specs-dir", f->options.specsDir, "where presets/ and attention.yaml are found")

@@ -400,6 +400,10 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
   ml::RecurrenceOp rec = *variant.getBodyBlock().getOps<ml::RecurrenceOp>().begin();
   if (rec.getAlgorithm() == ml::Algorithm::unselected)
     throw std::runtime_error("emit: algorithm not selected (run linac-select-algorithm)");
+  // The chunk the CPU kernels run, as linac-select-algorithm chose it.
+  auto chunkAttr = rec.getTileAttr() ? rec.getTileAttr().getAs<mlir::IntegerAttr>("chunk") : nullptr;
+  if (!chunkAttr) throw std::runtime_error("emit: the recurrence has no tile chunk (run linac-select-algorithm)");
+  const int64_t chunk = chunkAttr.getInt();
 
   h << "//\n// " << (variant.getDescription() ? variant.getDescription()->str() : name) << "\n"
     << "// The kernel skeletons (runtime/kernels) read kKind to pick their algorithm and call the\n"
@@ -422,7 +426,7 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
     << (rec.getReadout() == ml::Readout::inclusive ? "Inclusive" : "ExclusiveBonus") << "};\n";
   h << "inline constexpr bool kVectorState = " << (vector ? "true" : "false") << ";\n";
   h << "inline constexpr int kHeads = " << intConstant(variant.getHeads(), "heads") << ";\n";
-  h << "inline constexpr int kChunk = " << intConstant(variant.getChunk(), "chunk") << ";\n\n";
+  h << "inline constexpr int kChunk = " << intConstant(chunk, "chunk") << ";\n\n";
 
   std::vector<RoleInfo> roles;
   for (auto map : variant.getBodyBlock().getOps<ml::MapOp>()) emitMap(map, h, roles);
@@ -435,7 +439,7 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
   manifest["readout"] = ml::stringifyReadout(rec.getReadout()).str();
   manifest["algorithm"] = ml::stringifyAlgorithm(rec.getAlgorithm()).str();
   manifest["heads"] = variant.getHeads();
-  manifest["chunk"] = variant.getChunk();
+  manifest["chunk"] = chunk;
   manifest["inputs"] = nlohmann::ordered_json::array();
   for (auto in : variant.getBodyBlock().getOps<ml::InputOp>())
     manifest["inputs"].push_back(nlohmann::ordered_json{

@@ -109,7 +109,7 @@ mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext& ctx, const In
                              ":\n" + diags.text());
   if (!optimise) return module;
   mlir::PassManager pm(&ctx);
-  mlir::linac::buildLinacPipeline(pm, o.target);
+  mlir::linac::buildLinacPipeline(pm);
   std::string failed;
   pm.addInstrumentation(std::make_unique<FailedPass>(failed));
   if (mlir::failed(pm.run(*module))) {

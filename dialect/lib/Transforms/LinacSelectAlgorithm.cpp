@@ -19,13 +19,6 @@ struct LinacSelectAlgorithm
   using LinacSelectAlgorithmPassBase::LinacSelectAlgorithmPassBase;
 
   void runOnOperation() override {
-    if (target != "cpu" && target != "cuda") {
-      getOperation().emitError()
-          << "linac-select-algorithm: unknown target '" << target
-          << "', expected 'cpu' or 'cuda'";
-      return signalPassFailure();
-    }
-    bool cuda = target == "cuda";
     getOperation().walk([&](RecurrenceOp op) {
       Algorithm algorithm = op.getState() == StateKind::vector
                                 ? Algorithm::vector_scan
@@ -35,18 +28,9 @@ struct LinacSelectAlgorithm
       Builder b(op.getContext());
       op.setAlgorithmAttr(AlgorithmAttr::get(op.getContext(), algorithm));
       auto variant = op->getParentOfType<VariantOp>();
-      SmallVector<NamedAttribute> tile;
-      tile.emplace_back(b.getStringAttr("chunk"),
-                        b.getI64IntegerAttr(variant.getChunk()));
-      if (algorithm != Algorithm::vector_scan) {
-        tile.emplace_back(
-            b.getStringAttr("block_v"),
-            b.getI64IntegerAttr(std::min<int64_t>(64, variant.getValueDim())));
-        if (cuda)
-          tile.emplace_back(b.getStringAttr("num_warps"),
-                            b.getI64IntegerAttr(4));
-      }
-      op.setTileAttr(b.getDictionaryAttr(tile));
+      NamedAttribute chunk(b.getStringAttr("chunk"),
+                           b.getI64IntegerAttr(variant.getChunk()));
+      op.setTileAttr(b.getDictionaryAttr({chunk}));
     });
   }
 };

@@ -4,7 +4,7 @@
 
 #include "mlir/Transforms/Passes.h"
 
-void mlir::linac::buildLinacPipeline(OpPassManager &pm, llvm::StringRef target) {
+void mlir::linac::buildLinacPipeline(OpPassManager &pm) {
   pm.addPass(createLinacVerifyPass());
   pm.addPass(createLinacInferDecayClassPass());
   pm.addPass(createCanonicalizerPass());
@@ -14,9 +14,7 @@ void mlir::linac::buildLinacPipeline(OpPassManager &pm, llvm::StringRef target) 
   pm.addPass(createCSEPass());
   // After the last fold: no inf or nan constant reaches the emitters.
   pm.addPass(createLinacCheckConstantsPass());
-  LinacSelectAlgorithmPassOptions options;
-  options.target = target.str();
-  pm.addPass(createLinacSelectAlgorithmPass(options));
+  pm.addPass(createLinacSelectAlgorithmPass());
   pm.addPass(createLinacPlanFusedProloguePass());
   pm.addPass(createLinacVerifyPass());
 }

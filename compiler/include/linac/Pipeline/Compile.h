@@ -19,7 +19,6 @@ struct CompileOptions {
   std::string specPath;
   std::string schedule = "pure";    // model schedule shown in the IR's linac.model
   std::string preset = "340m";      // resolves expand-ratio dims; name or path
-  std::string target = "cuda";      // tile choices in linac-select-algorithm
   std::string specsDir;             // where presets/ and attention.yaml are found
 };
 

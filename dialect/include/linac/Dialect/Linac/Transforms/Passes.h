@@ -12,8 +12,8 @@ namespace mlir::linac {
 #include "linac/Dialect/Linac/Transforms/Passes.h.inc"
 
 /// verify, infer-decay-class, canonicalize, differentiate, canonicalize, cse,
-/// check-constants, select-algorithm{target}, plan-fused-prologue, verify.
-void buildLinacPipeline(OpPassManager &pm, llvm::StringRef target);
+/// check-constants, select-algorithm, plan-fused-prologue, verify.
+void buildLinacPipeline(OpPassManager &pm);
 
 #define GEN_PASS_REGISTRATION
 #include "linac/Dialect/Linac/Transforms/Passes.h.inc"

@@ -68,16 +68,14 @@ def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"
   let summary = "pick the kernel algorithm and tile of every recurrence";
   let description = [{
     Sets `algorithm`: vector state -> vector_scan; additive -> chunk_additive;
-    delta -> chunk_delta. Also sets `tile`, a dictionary of i64 entries:
-    `chunk` (the variant's chunk, default 64) for every algorithm, plus for
-    matrix states `block_v` (64) and, for `cuda`, `num_warps` (4).
+    delta -> chunk_delta. Also sets `tile`, a dictionary of i64 entries the
+    emitter turns into code: `chunk`, the variant's chunk hint (default 64),
+    the chunk length the CPU kernels run (the generated `kChunk`). The CUDA
+    kernels choose their chunk and value block from the head dims and shared
+    memory at run time, so nothing here is target-specific yet.
 
-    Example: `linac-opt -linac-select-algorithm=target=cuda in.mlir`
+    Example: `linac-opt -linac-select-algorithm in.mlir`
   }];
-  let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
-           "kernel target: cpu or cuda">
-  ];
 }
 
 def LinacPlanFusedProloguePass : Pass<"linac-plan-fused-prologue", "::mlir::ModuleOp"> {
