@@ -30,7 +30,7 @@ Checks:
   2. the state passes and the chunk algorithm in float64 against the sweep: ~1e-12 expected (every
      row takes S_c, dS_{c+1} and d_h0 from state_scan(), with the passes' roundings where it rounds);
   3. the chunk algorithm with the kernel's roundings (bf16 / fp16 where it rounds: S_c and dS_{c+1}
-     converted to the input dtype, D, Ks, Qs, K e^{B - b}, Kr_i and A^T as wgmma operands, the
+     stored in the input dtype, D, Ks, Qs, K e^{B - b}, Kr_i and A^T as wgmma operands, the
      outputs dq, dk, dv; fp32 elsewhere): the predicted relative RMS errors against the lab's gate.
 Usage: python3 tests/runtime/cuda/diag_bwd_host_check.py [--seed N] [--quick]
 Exit 0 when every check passes.
@@ -135,7 +135,8 @@ def carried_after(x, excl, t0):
 def state_scan(x, excl, rnd):
     """S_c and dS_{c+1} per chunk and d_h0 as diag_state_scan.cuh forms them: the exponents summed
     token by token in fp32 from their own ends (B - b_t downward, bq_t upward), X . F rounded to
-    the input dtype (the wgmma operand), the state accumulated in fp32 (modelled exactly)."""
+    the input dtype (the wgmma operand), the state accumulated in fp32 (modelled exactly) and
+    stored per chunk in the input dtype (d_h0 in fp32)."""
     q, k, v, do, g, scale = (x[n] for n in ("q", "k", "v", "do", "g", "scale"))
     T, dk_ = q.shape
     f32 = np.float64 if rnd is exact else np.float32  # exact: the algebra alone
@@ -145,7 +146,7 @@ def state_scan(x, excl, rnd):
     for c in range(nch):
         sl = chunk(c)
         gc, rows = g[sl].astype(f32), sl.stop - sl.start
-        states.append(S.copy())
+        states.append(rnd(S))
         F, run = np.zeros((rows, dk_)), np.zeros(dk_, f32)  # run = B - b_t, then B
         for t in range(rows - 1, -1, -1):
             F[t] = np.exp(run.astype(np.float64))
@@ -155,7 +156,7 @@ def state_scan(x, excl, rnd):
     for c in reversed(range(nch)):
         sl = chunk(c)
         gc, rows = g[sl].astype(f32), sl.stop - sl.start
-        dstates[c] = dS.copy()
+        dstates[c] = rnd(dS)
         F, run = np.zeros((rows, dk_)), np.zeros(dk_, f32)  # run = b_t
         for t in range(rows):
             bq = run if excl else f32(run + gc[t])

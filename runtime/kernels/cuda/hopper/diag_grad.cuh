@@ -1,8 +1,9 @@
 // Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
 // HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}:
-// the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3, reading its pass 1's fp32
-// workspaces S_c and dS_{c+1} (that file's header states the maths; numpy transcription with this
-// kernel's roundings: tests/runtime/cuda/diag_bwd_host_check.py).
+// the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3, reading the state passes'
+// workspaces S_c and dS_{c+1} in the input dtype (diag_state_scan.cuh; that file's header and
+// chunk_backward_diagonal.cu's state the maths; numpy transcription with this kernel's roundings:
+// tests/runtime/cuda/diag_bwd_host_check.py).
 //
 // One CTA of three warpgroups per (chunk slot, head). With b[t][c] the in-chunk cumulative
 // log-decay (double cumsum, kept fp32), bq_t = b_t (inclusive) or b_{t-1} (exclusive, b_{-1} = 0),
@@ -31,8 +32,9 @@
 // k dk_inter is parked in dg's own output rows (written, then read back by the same CTA), the
 // other two in shared memory the tiles free at the end. Every output element belongs to one CTA
 // (dg's rows serve it as scratch before their final value): deterministic, no atomics.
-// Roundings: S_c, dS_{c+1}, D, Ks, Qs, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums
-// and the elementwise diagonal blocks are fp32.
+// Roundings: S_c, dS_{c+1} (stored so by the state passes; <S_c, dS_{c+1}> is summed from them),
+// D, Ks, Qs, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks'
+// chains are fp32.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   auto exp2f2 = [](float2 x) { return make_float2(expFtz(x.x), expFtz(x.y)); };
   auto sub2 = [](float2 x, float2 y) { return make_float2(x.x - y.x, x.y - y.y); };
 
-  // ---- loads: q, k, v, d_o, g (cp.async); S_c, dS_{c+1} (fp32 -> T, with <S_c, dS> per row) --
+  // ---- loads: q, k, v, d_o, g, S_c, dS_{c+1} (cp.async); then b and <S_c, dS_{c+1}> per row ----
   {
     const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
     loadTile<false, C, DK, kDiagGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
@@ -200,35 +202,30 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.b[bIndex<DK>(t, c)])),
              g + (valid ? t * rowK + c : 0), valid);
     }
+    const int64_t st = (slot * H + h) * int64_t(DK) * DV;
+    loadTile<false, DK, DV, kDiagGradThreads>(tS, 0, static_cast<const T*>(p.states) + st, DV, DK);
+    loadTile<false, DK, DV, kDiagGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + st, DV, DK);
     copyCommit();
     if (excl)
       for (int c = tid; c < DK; c += kDiagGradThreads) sm.u[c] = p.u[int64_t(h) * DK + c];
     for (int i = tid; i < C * C; i += kDiagGradThreads) sts16(tAt.at(i / C, i % C), 0);
-    const int64_t st = (slot * H + h) * int64_t(DK) * DV;
-    constexpr int kVecs = DV / 8;  // 8-element vectors per state row
-    static_assert((DK * kVecs) % 32 == 0 && kVecs <= 32, "whole warps per pass, rows within a warp");
-    for (int i = tid; i < DK * kVecs; i += kDiagGradThreads) {
-      const int d = i / kVecs, c = (i % kVecs) * 8;
-      const float4* ps = reinterpret_cast<const float4*>(p.states + st + int64_t(d) * DV + c);
-      const float4* pd = reinterpret_cast<const float4*>(p.dstates + st + int64_t(d) * DV + c);
-      const float4 s0 = ps[0], s1 = ps[1], d0 = pd[0], d1 = pd[1];
-      sts128(tS.at(d, c), make_uint4(pack2<T>(s0.x, s0.y), pack2<T>(s0.z, s0.w), pack2<T>(s1.x, s1.y),
-                                     pack2<T>(s1.z, s1.w)));
-      sts128(tDS.at(d, c), make_uint4(pack2<T>(d0.x, d0.y), pack2<T>(d0.z, d0.w), pack2<T>(d1.x, d1.y),
-                                      pack2<T>(d1.z, d1.w)));
-      float dot = s0.x * d0.x + s0.y * d0.y + s0.z * d0.z + s0.w * d0.w + s1.x * d1.x + s1.y * d1.y +
-                  s1.z * d1.z + s1.w * d1.w;
-      CUTE_UNROLL
-      for (int o = kVecs / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (i % kVecs == 0) sm.zdot[d] = dot;
-    }
     copyWait<0>();
     __syncthreads();
-    for (int c = tid; c < DK; c += kDiagGradThreads) {  // b: cumsum along t, in double
+    if (tid < DK) {  // b: cumsum along t, in double, a thread per channel
+      const int c = tid;
       double run = 0.0;
       for (int t = 0; t < C; ++t) {
         run += sm.b[bIndex<DK>(t, c)];
         sm.b[bIndex<DK>(t, c)] = float(run);
+      }
+    } else {  // meanwhile <S_c[d, :], dS_{c+1}[d, :]> per key row, from the 16-bit tiles
+      for (int d = tid - DK; d < DK; d += kDiagGradThreads - DK) {
+        float dot = 0.f;
+        for (int v = 0; v < DV; v += 2) {
+          const float2 a = unpack2<T>(lds32(tS.at(d, v))), e = unpack2<T>(lds32(tDS.at(d, v)));
+          dot = fmaf(a.y, e.y, fmaf(a.x, e.x, dot));
+        }
+        sm.zdot[d] = dot;
       }
     }
     __syncthreads();

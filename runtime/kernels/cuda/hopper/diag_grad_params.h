@@ -1,8 +1,8 @@
 // Arguments of the Hopper backward of the diagonal decay: its state passes (diag_state_scan.cuh)
 // and its gradient stage (diag_grad.cuh). Tensors are contiguous [B, T, H, D] as in the forward
-// (forward_params.h); the two state workspaces, fp32 with one row per chunk slot
-// (chunk_slots.cuh), are written by the state passes (on wgmma, or by chunk_backward_diagonal.cu's
-// mma.sync pass 1) and read by the gradient stage.
+// (forward_params.h); the two state workspaces, in the input dtype with one row per chunk slot
+// (chunk_slots.cuh), are written by the state passes and read by the gradient stage (which takes
+// them as wgmma operands in that dtype anyway).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,8 @@ struct DiagGradParams {
   const float* h0;        // [N, H, dk, dv] initial state or null
   const float* d_ht;      // [N, H, dk, dv] final state's gradient or null
   float* dh0;             // [N, H, dk, dv] or null
-  float* states;          // [slots, H, dk, dv] fp32 S_c, the state before chunk c
-  float* dstates;         // [slots, H, dk, dv] fp32 dS_{c+1}, the gradient after chunk c
+  void* states;           // [slots, H, dk, dv] S_c, the state before chunk c (input dtype)
+  void* dstates;          // [slots, H, dk, dv] dS_{c+1}, the gradient after chunk c (input dtype)
   void* dq;               // [B, T, H, dk] or null
   void* dk;               // [B, T, H, dk] or null
   void* dv;               // [B, T, H, dv] or null

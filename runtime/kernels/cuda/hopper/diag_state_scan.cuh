@@ -1,6 +1,7 @@
 // Hopper backward of the additive rule with a DIAGONAL decay (GLA, HGRN-2, RWKV-6), the state
 // passes: chunk_backward_diagonal.cu's pass 1 on wgmma, for 16-bit inputs at dk in {64, 128}.
-// It writes the same fp32 workspaces, one row per chunk slot, that diag_grad.cuh reads:
+// It writes the workspaces diag_grad.cuh reads, one row per chunk slot, in the input dtype (that
+// stage rounds them to it as wgmma operands anyway; half the bytes of fp32 both ways):
 //   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
 //             S <- diag(e^B) S + (K . e^{B - b})^T V
 //   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
 
   const T* x = static_cast<const T*>(reverse ? p.q : p.k);    // [B, T, H, dk]
   const T* y = static_cast<const T*>(reverse ? p.d_o : p.v);  // [B, T, H, dv]
-  float* out = reverse ? p.dstates : p.states;                // [slots, H, dk, dv]
+  T* out = static_cast<T*>(reverse ? p.dstates : p.states);  // [slots, H, dk, dv]
 
   const auto tX = smemTile(sm.x, typename Tiles::X{});
   const auto tXt = smemTile(sm.x, typename Tiles::Xt{});
@@ -122,7 +123,10 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
     copyCommit();
 
     // The state here is S_c (forward) or dS_{c+1} (reverse).
-    storeStateBlock<Mma>(acc, cS, out + ((coff + c) * H + h) * int64_t(DK) * DV + v0, DV);
+    T* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
+    forEachPair<Mma>(cS, [&](int e, int d, int v) {
+      *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(acc(e), acc(e + 1));
+    });
 
     const float* g = sm.g + t0 * DK + ch;  // this channel's g_{t0 + j} at g[j * DK]
     float before = 0.f, after = 0.f;  // the other ranges' sums before / after this one
