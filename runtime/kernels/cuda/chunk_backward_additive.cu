@@ -542,37 +542,46 @@ __global__ void __launch_bounds__(kThreads, 2) dvKernel(const AddBwdParams<T> p)
 // written d_g. Key rows are independent and every term is bilinear in (key slice, value block),
 // so one CTA per (key slice, value block, head, sequence) carries its 64 x 64 blocks of S and Y
 // (thread (ti, tj) = (tid / 16, tid % 16) owns rows ti + 16 a, columns tj + 16 b, a, b < 4) and
-// writes its part to part [N, H, DK / kSlice * dv / kSlice].
-struct FixedDgSmem {
-  static constexpr int LD = kSlice + 1;        // column reads X[tj + 16 b][j] hit 16 distinct banks
+// writes its part to part [N, H, DK / kSlice * dv / kSlice]. The chunk's tiles are converted to
+// double once, as they are stored (each element is read by 32 threads).
+struct FixedDgSmem {  // offsets in doubles
+  static constexpr int LD = kSlice + 1;        // column reads X[tj + 16 b][j] hit 16 distinct bank pairs
   static constexpr int Q = 0;                  // [C, LD] q slice
   static constexpr int K = Q + kC * LD;        // [C, LD] k slice
   static constexpr int dO = K + kC * LD;       // [C, LD] d_o value block
   static constexpr int V = dO + kC * LD;       // [C, LD] v value block
-  static constexpr int Bc = V + kC * LD;       // [C] doubles: cumulative log-decay b_t
-  static constexpr int W = Bc + 2 * kC;        // [C] doubles: w_t = scale exp(b_t)
-  static constexpr int F = W + 2 * kC;         // [C] doubles: exp(b_C - b_t)
-  static constexpr int Red = F + 2 * kC;       // [kWarps] doubles: warp sums
-  static constexpr int total = Red + 2 * kWarps;
-  static constexpr size_t bytes = size_t(total) * sizeof(float);
+  static constexpr int Bc = V + kC * LD;       // [C] cumulative log-decay b_t
+  static constexpr int W = Bc + kC;            // [C] w_t = scale exp(b_t)
+  static constexpr int F = W + kC;             // [C] exp(b_C - b_t)
+  static constexpr int Red = F + kC;           // [kWarps] warp sums
+  static constexpr int total = Red + kWarps;
+  static constexpr size_t bytes = size_t(total) * sizeof(double);
 };
-static_assert(FixedDgSmem::Bc % 2 == 0, "double alignment");
+
+/// Stores rows [0, C) x columns [0, kSlice) of a row-strided fp32 matrix (row r at src + r * stride)
+/// as doubles with leading dimension FixedDgSmem::LD; rows >= valid are zeros. Whole CTA.
+__device__ __forceinline__ void loadChunkF64(double* __restrict__ dst, const float* __restrict__ src,
+                                             int64_t stride, int valid) {
+  for (int i = threadIdx.x; i < kC * kSlice; i += blockDim.x) {
+    const int r = i / kSlice, c = i - r * kSlice;
+    dst[r * FixedDgSmem::LD + c] = r < valid ? double(__ldg(src + r * stride + c)) : 0.0;
+  }
+}
 static_assert(kThreads == 256 && kC == 64 && kSlice == 64, "16 x 16 threads of 4 x 4 elements");
 
 template <int DK>
 __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams<float> p,
                                                               double* __restrict__ part) {  // [N, H, blocks]
-  using namespace tile;
   using L = FixedDgSmem;
-  extern __shared__ __align__(16) float smem[];
-  float* sQ = smem + L::Q;
-  float* sK = smem + L::K;
-  float* sdO = smem + L::dO;
-  float* sV = smem + L::V;
-  double* sB = reinterpret_cast<double*>(smem + L::Bc);
-  double* sW = reinterpret_cast<double*>(smem + L::W);
-  double* sF = reinterpret_cast<double*>(smem + L::F);
-  double* sRed = reinterpret_cast<double*>(smem + L::Red);
+  extern __shared__ __align__(16) double smemd[];
+  double* sQ = smemd + L::Q;
+  double* sK = smemd + L::K;
+  double* sdO = smemd + L::dO;
+  double* sV = smemd + L::V;
+  double* sB = smemd + L::Bc;
+  double* sW = smemd + L::W;
+  double* sF = smemd + L::F;
+  double* sRed = smemd + L::Red;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, ti = tid >> 4, tj = tid & 15;
   const int nvb = p.value_dim / kSlice, ks = int(blockIdx.x) / nvb, vb = int(blockIdx.x) - ks * nvb;
@@ -597,10 +606,10 @@ __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams
     const int64_t tk = bos + ch * kC;
     const int lc = int((len - ch * kC) < kC ? (len - ch * kC) : int64_t(kC));
     __syncthreads();  // previous chunk's reads done
-    loadRowsToShared<float>(sQ, L::LD, p.q + (tk * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
-    loadRowsToShared<float>(sK, L::LD, p.k + (tk * H + h) * DK + c0, int64_t(H) * DK, kC, lc, kSlice);
-    loadRowsToShared<float>(sdO, L::LD, p.d_o + (tk * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
-    loadRowsToShared<float>(sV, L::LD, p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, kC, lc, kSlice);
+    loadChunkF64(sQ, p.q + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
+    loadChunkF64(sK, p.k + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
+    loadChunkF64(sdO, p.d_o + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
+    loadChunkF64(sV, p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
     if (warp == 0) {
       const float g0 = lane < lc ? decayAt(p, tk + lane, h) : 0.f;
       const float g1 = lane + 32 < lc ? decayAt(p, tk + lane + 32, h) : 0.f;
