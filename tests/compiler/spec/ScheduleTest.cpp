@@ -100,7 +100,7 @@ TEST(Preset, Files) {
   EXPECT_EQ(b13.hidden, 2048);
   EXPECT_EQ(b13.attnHeads, 32);
   EXPECT_EQ(errorOf([&] { loadPreset("tinny", dir); }),
-            "--preset: error: unknown preset 'tinny'; did you mean 'tiny'? (valid: 1.3b, 340m, mqar, tiny)");
+            "--preset: error: unknown preset 'tinny'; did you mean 'tiny'? (valid: 1.3b, 340m, mqar, small, tiny)");
   EXPECT_EQ(errorOf([&] { parsePreset(readFixture("bad_preset.yaml"), "fixtures/bad_preset.yaml"); }),
             "fixtures/bad_preset.yaml:5:13: error: attn_heads 3 does not divide hidden 100");
 }
