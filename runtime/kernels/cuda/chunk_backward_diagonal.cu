@@ -725,7 +725,7 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     hp.h0 = p.h0;
     hp.d_ht = p.d_ht;
     hp.dh0 = p.dh0;
-    hp.states = p.states;
+    hp.states = p.states;  // the same workspaces, holding the input dtype there (half used)
     hp.dstates = p.dstates;
     hp.dq = p.dq;
     hp.dk = p.dk;

@@ -33,14 +33,14 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& sh
 /// sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
 bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
 
-/// The fp32 state workspaces (params.states, params.dstates) and d_h0 (when non-null) of every
-/// sequence and head: chunk_backward_diagonal.cu's pass 1 on wgmma. Supported where
-/// diagonalGradSupported is.
+/// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
+/// non-null) of every sequence and head: chunk_backward_diagonal.cu's pass 1 on wgmma. Supported
+/// where diagonalGradSupported is.
 void diagonalStateScan(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
                        cudaStream_t stream);
 
 /// dq, dk, dv, d_g and the d_u partials (each when non-null) of every chunk slot and head, from
-/// the fp32 state workspaces.
+/// the state workspaces diagonalStateScan() wrote.
 void diagonalGrad(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
                   int64_t slots, cudaStream_t stream);
 
