@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The `linac` command line (CLI11): every command's --help lists every flag, bad values and
-unknown names are usage errors (exit 2) naming the flag with a did-you-mean, and `linac train
+unknown names are usage errors (exit 2) naming the flag with a did-you-mean, `linac train
 --config FILE` reads flags from YAML, the command line overriding them, with the resolved flags
-written into the run directory as config.yaml.
+written into the run directory as config.yaml, and `linac compile` prints the passes' warnings.
 
     cli_test.py LINAC SPECS_DIR WORK_DIR SCENARIO
 
@@ -181,7 +181,22 @@ def config_file(work):
     assert not os.path.exists(os.path.join(work, "never")), "a refused start created its run directory"
 
 
-SCENARIOS = {f.__name__: f for f in (help_lists_flags, usage_errors, config_file)}
+def compile_warnings(work):
+    """`linac compile` prints the passes' warnings as FILE:LINE:COL lines on stderr (an input that
+    nothing reads), compiles all the same, and a shipped spec raises none."""
+    with open(os.path.join(SPECS, "gla.yaml")) as f:
+        lines = f.read().splitlines()
+    at = lines.index("  g: {extent: value}") + 1
+    lines.insert(at, "  extra: {extent: key}")
+    spec = os.path.join(work, "gla_extra.yaml")
+    write(spec, "\n".join(lines) + "\n")
+    p = linac("compile", spec, "--emit=ir-opt", "--specs-dir", SPECS, expect=0)
+    check_in(f'{spec}:{at + 1}:3: warning: input "extra" of variant @gla is unused', p.stderr, "stderr")
+    p = linac("compile", os.path.join(SPECS, "gla.yaml"), "--emit=ir-opt", expect=0)
+    assert "warning" not in p.stderr, f"a shipped spec raised a warning:\n{p.stderr}"
+
+
+SCENARIOS = {f.__name__: f for f in (help_lists_flags, usage_errors, config_file, compile_warnings)}
 
 if __name__ == "__main__":
     name = sys.argv[4]

@@ -33,6 +33,7 @@ int runCompile(const CLI::App& app, CompileFlags& f) {
   }
   if (f.spec.empty()) throw UsageError("expected a SPEC file (or --check)");
   options.specPath = f.spec;
+  options.warn = [](const std::string& w) { std::cerr << w << "\n"; };
   if (given(app, "emit")) {
     pipeline::Stage stage;
     try {

@@ -67,6 +67,7 @@ PackagedVariant variantSources(const std::string& specPath) {
     pipeline::CompileOptions options;
     options.specPath = specPath;
     options.specsDir = LINAC_SOURCE_DIR "/specs";
+    options.warn = [](const std::string& w) { std::cerr << w << "\n"; };
     const pipeline::FileSet files = pipeline::generate(options);
     manifest = files.at(spec.name + "/manifest.json");
     header = files.at(spec.name + "/" + spec.name + ".h");

@@ -50,8 +50,8 @@ Inputs loadInputs(const CompileOptions& o) {
   return in;
 }
 
-/// Collects MLIR diagnostics so a failing stage reports them in its exception, and keeps the
-/// first error that points into a file (a spec: the IR's locations are the spec's).
+/// Collects MLIR diagnostics so a failing stage reports them in its exception, keeps the first
+/// error that points into a file (a spec: the IR's locations are the spec's) and the warnings.
 class DiagnosticCollector {
 public:
   explicit DiagnosticCollector(mlir::MLIRContext& ctx)
@@ -59,6 +59,11 @@ public:
           llvm::raw_string_ostream os(text_);
           os << d.getLocation() << ": " << d << "\n";
           auto file = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation());
+          if (d.getSeverity() == mlir::DiagnosticSeverity::Warning)
+            warnings_.push_back(file && file.getLine() > 0
+                                    ? file.getFilename().str() + ":" + std::to_string(file.getLine()) + ":" +
+                                          std::to_string(file.getColumn()) + ": warning: " + d.str()
+                                    : "warning: " + d.str());
           if (d.getSeverity() == mlir::DiagnosticSeverity::Error && file && file.getLine() > 0 && !located_)
             located_ = spec::SpecError(spec::SourceLoc{file.getFilename().str(), static_cast<int>(file.getLine()),
                                                        static_cast<int>(file.getColumn())},
@@ -68,9 +73,11 @@ public:
   const std::string& text() const { return text_; }
   /// The first error located in a spec, as the spec error it is.
   const std::optional<spec::SpecError>& located() const { return located_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
 private:
   std::string text_;
+  std::vector<std::string> warnings_;
   std::optional<spec::SpecError> located_;
   mlir::ScopedDiagnosticHandler handler_;
 };
@@ -117,6 +124,8 @@ mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext& ctx, const In
     throw std::runtime_error("internal error: the linac pipeline failed on " + o.specPath + " in " + failed +
                              ":\n" + diags.text());
   }
+  if (o.warn)
+    for (const std::string& w : diags.warnings()) o.warn(w);
   return module;
 }
 

@@ -50,6 +50,7 @@ std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string
   CompileOptions options;
   options.specPath = specPath;
   options.specsDir = o.specsDir;
+  options.warn = [&log](const std::string& w) { log << w << "\n"; };
   writeFiles(generate(options), dir + "/src");
 
   const std::string tmp = library + ".tmp" + std::to_string(std::random_device{}());

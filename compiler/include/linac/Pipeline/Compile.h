@@ -3,6 +3,7 @@
 
 #include "linac/Spec/Spec.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct CompileOptions {
   std::string schedule = "pure";    // model schedule shown in the IR's linac.model
   std::string preset = "340m";      // resolves expand-ratio dims; name or path
   std::string specsDir;             // where presets/ and attention.yaml are found
+  /// Called with each warning the passes raise ("FILE:LINE:COL: warning: ..."), e.g. an input
+  /// nothing reads; none is called when unset.
+  std::function<void(const std::string&)> warn;
 };
 
 /// Generated files for one spec: relative path (under generated/) -> contents.
