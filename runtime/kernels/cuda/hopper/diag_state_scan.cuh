@@ -15,8 +15,9 @@
 // directions in one launch. The state is the wgmma accumulator [DK, BV] in fp32. Per chunk: X (k
 // or q) and Y (v or d_o) arrive by cp.async one chunk ahead, the log-decays g once this chunk's
 // are used (one stage: two CTAs fit an SM); a thread per (channel, token range) sums its
-// channel's g, forms the per-token factors and scales X in place (the 16-bit A operand, read through its transposed view); the state rows are scaled by e^B
-// and the product X^T Y accumulates on the tensor cores.
+// channel's g, forms the per-token factors and scales X in place (the 16-bit A operand, read
+// through its transposed view); the state rows are scaled by e^B and the product X^T Y
+// accumulates on the tensor cores.
 #pragma once
 
 #include "../chunk_slots.cuh"
