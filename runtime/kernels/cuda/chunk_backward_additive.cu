@@ -31,9 +31,9 @@
 //   pass 4  (d_g only) dgKernel: dg_t = sum of the key-slice parts, in double. Fixed class: per
 //           (n, h) sum of dg_t over the sequence in double, then fixedDgReduceKernel sums over n
 //           in a fixed order.
-//   fp32 inputs, fixed class, d_g: passes 2 and 4 leave d_g to fixedDgScanKernel, which sums dg_t
-//           over each sequence from the inputs alone in double (a forward scan of S and a second
-//           state Y; formula above the kernel), then fixedDgScanReduceKernel over sequences.
+//   fp32 inputs, fixed class, d_g: passes 2 and 4 leave d_g to fixedDgScanKernel
+//           (chunk_backward_fixed_dg.cu), which sums dg_t over each sequence from the inputs alone
+//           in double (a forward scan of S and a second state Y), then over sequences.
 // Every exponent is <= 0 (b is non-increasing), so strong gates underflow to 0, never overflow.
 // All outputs are written exactly once by one CTA: deterministic, no atomics.
 //
@@ -42,7 +42,7 @@
 // also use 3xTF32 when the fixed-class d_g is requested (see runAdditiveBwd and NOTES.md for the
 // measured errors), 1xTF32 otherwise; pass 3 uses 1xTF32; sums run on the accumulator. The
 // in-chunk decay cumsum b is kept in double (see chunkCumsum). The fp32 fixed-class d_g is formed
-// in double throughout (fixedDgScanKernel): tests/runtime/cuda/additive_bwd_f32_check.py models
+// in double throughout (chunk_backward_fixed_dg.cu): tests/runtime/cuda/additive_bwd_f32_check.py models
 // both the fp32 path it replaced and this one.
 // Workspace (cudaMallocAsync): two fp32 state arrays [slots, H, dk, dv] (slots ~ B * T / C), plus
 // dG partials [dk / 64, B * T * H] fp32 when pass 2 forms d_g, and [N, H] (bf16 / fp16) or
@@ -50,6 +50,7 @@
 // Expected cost (bf16 B8 T4096 H8 dk=dv=128): ~74 GFLOP of tf32 products (x3 with 3xTF32) and
 // ~1.1 GB of fp32 state traffic (write + read of S and dS): on the order of 1-3 ms, dominated by
 // fragment building (scalar LDS + cvt) as in the forward; see NOTES.md for measurements.
+#include "chunk_backward_additive.cuh"
 #include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
 
@@ -65,60 +66,8 @@
 namespace linac::kernels::cuda {
 namespace {
 
-constexpr int kC = 64;                     // chunk length (tokens)
-constexpr int kSlice = 64;                 // key slice / value block width of passes 2-3
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kNT = 4;                     // 8-column n-tiles per warp tile (16 x 32)
-constexpr int kDgThreads = 256;            // threads of the per-(sequence, head) dg scan
-constexpr int kReduceThreads = 128;        // threads (a head each) of the fixed-class d_g sums
-// Shared-memory leading dimensions (floats). An operand read as an A fragment element (row m,
-// col k) = X[m * ld + k] is conflict-free with ld = 4 mod 32; read as a B fragment element
-// (k, n) = X[k * ld + n] with ld = 8 mod 32. "Transposed" B reads X[n * ld + k] (ld = 4 mod 32).
-constexpr int kLdA = kSlice + 4;           // 68
-constexpr int kLdB = kSlice + 8;           // 72
+using namespace additive_bwd;
 
-/// Whether the products stage their sums (tile::warpTileProduct's Staged): for fp32 inputs only.
-/// The tensor cores' truncating accumulation, fed the running sum, biases it toward zero by ~1e-6
-/// relative over a chunk; staged, the fp32 scalar-class dg models at 1.7-1.9e-7 instead of
-/// 1.0-1.6e-6 (NOTES.md, "fp32 additive backward's d_g"). 16-bit inputs (gate 5e-3) keep the
-/// running sum and their speed.
-template <typename T>
-inline constexpr bool kStagedSums = std::is_same_v<T, float>;
-
-template <typename T>
-struct AddBwdParams {
-  const T* q;              // [B, T, H, DK]
-  const T* k;              // [B, T, H, DK]
-  const T* v;              // [B, T, H, dv]
-  const T* d_o;            // [B, T, H, dv]
-  const float* g;          // None: null; Fixed [H]; Scalar [B, T, H]
-  const float* h0;         // [N, H, DK, dv] or null
-  const float* d_ht;       // [N, H, DK, dv] or null
-  float* states;           // [slots, H, DK, dv] S_c (state before chunk c)
-  float* dstates;          // [slots, H, DK, dv] dS_{c+1} (gradient after chunk c)
-  T* dq;                   // [B, T, H, DK] or null
-  T* dk;                   // [B, T, H, DK] or null
-  T* dv;                   // [B, T, H, dv] or null
-  float* dh0;              // [N, H, DK, dv] or null
-  float* dgpart;           // [DK / kSlice, B * T * H] dG_t partial per key slice, or null
-  const int64_t* cu_seqlens;  // [N + 1] device, or null
-  int64_t seq_len;         // T
-  int64_t chunks_per_seq;  // ceil(T / C) without cu_seqlens
-  int num_seqs;            // N
-  int heads;               // H
-  int value_dim;           // dv
-  float scale;
-  int decay;               // DecayClass
-};
-
-/// Log-decay of token `tok` (global token index), head h; 0 for None.
-template <typename P>
-__device__ __forceinline__ float decayAt(const P& p, int64_t tok, int h) {
-  if (p.decay == int(DecayClass::Scalar)) return p.g[tok * p.heads + h];
-  if (p.decay == int(DecayClass::Fixed)) return p.g[h];
-  return 0.f;
-}
 
 /// Warp 0 writes b_t (t < C) of the chunk starting at global token tok0 with lc valid tokens.
 template <typename P>
@@ -523,209 +472,6 @@ __global__ void __launch_bounds__(kThreads, 2) dvKernel(const AddBwdParams<T> p)
   storeAcc<T, kNT>(p.dv + (tok0 * H + h) * dv + v0, int64_t(H) * dv, adv, 16 * mt, n0, lc, 1.f);
 }
 
-// ---- fp32 inputs, fixed class: d_g in double from the inputs alone ------------------------------
-// With one g per head, d_g is the sum of dg_t over every token of every sequence: chunk terms of
-// ~10^3 with random signs whose total can land 10^2-10^4 below them on random inputs, so any fp32
-// value on the way (pass 2's products and row sums, pass 1's stored states) crossed the 1e-5 gate on
-// some draws (NOTES.md, "fp32 additive backward's d_g"). Summed over a chunk's tokens, pass 2's
-// expansion of dg_t is
-//   sum_{t < lc} dg_t = <S_c, sum_t (t + 1) w_t q_t do_t^T> + <lc e_C S_c + H_c, dS_{c+1}>
-//                       + sum_{s < t} W[t][s] (do_t . v_s)(q_t . k_s)
-// with w_t = scale exp(b_t), e_C = exp(b_C), H_c = sum_s (lc - 1 - s) exp(b_C - b_s) k_s v_s^T and
-// W[t][s] = (t - s) scale exp(b_t - b_s). Since dS_{c+1} = R_{c+1} + e_{C,c+1} dS_{c+2} with
-// R_c = sum_t w_t q_t do_t^T (pass 1's reverse step) and dS = d_ht after the last chunk, the terms
-// in dS_{c+1} move onto a second forward state: Y_0 = 0, Y_{c+1} = e_C (Y_c + lc S_c) + H_c, and
-//   d_g = sum_c [ sum_t w_t q_t^T ((t + 1) S_c + Y_c) do_t + sum_{s < t} W[t][s] (do_t . v_s)(q_t . k_s) ]
-//         + <Y_end, d_ht>,
-// one forward scan, S_{c+1} = e_C S_c + sum_s exp(b_C - b_s) k_s v_s^T, every product and sum in
-// double on the CUDA cores (products of fp32 values are exact in double): no fp32 value but the
-// written d_g. Key rows are independent and every term is bilinear in (key slice, value block),
-// so one CTA per (key slice, value block, head, sequence) carries its 64 x 64 blocks of S and Y
-// (thread (ti, tj) = (tid / 16, tid % 16) owns rows ti + 16 a, columns tj + 16 b, a, b < 4) and
-// writes its part to part [N, H, DK / kSlice * dv / kSlice]. The chunk's tiles are converted to
-// double once, as they are stored (each element is read by 32 threads).
-struct FixedDgSmem {  // offsets in doubles
-  static constexpr int LD = kSlice + 1;        // column reads X[tj + 16 b][j] hit 16 distinct bank pairs
-  static constexpr int Q = 0;                  // [C, LD] q slice
-  static constexpr int K = Q + kC * LD;        // [C, LD] k slice
-  static constexpr int dO = K + kC * LD;       // [C, LD] d_o value block
-  static constexpr int V = dO + kC * LD;       // [C, LD] v value block
-  static constexpr int Bc = V + kC * LD;       // [C] cumulative log-decay b_t
-  static constexpr int W = Bc + kC;            // [C] w_t = scale exp(b_t)
-  static constexpr int F = W + kC;             // [C] exp(b_C - b_t)
-  static constexpr int Red = F + kC;           // [kWarps] warp sums
-  static constexpr int total = Red + kWarps;
-  static constexpr size_t bytes = size_t(total) * sizeof(double);
-};
-
-/// Stores rows [0, C) x columns [0, kSlice) of a row-strided fp32 matrix (row r at src + r * stride)
-/// as doubles with leading dimension FixedDgSmem::LD; rows >= valid are zeros. Whole CTA.
-__device__ __forceinline__ void loadChunkF64(double* __restrict__ dst, const float* __restrict__ src,
-                                             int64_t stride, int valid) {
-  for (int i = threadIdx.x; i < kC * kSlice; i += blockDim.x) {
-    const int r = i / kSlice, c = i - r * kSlice;
-    dst[r * FixedDgSmem::LD + c] = r < valid ? double(__ldg(src + r * stride + c)) : 0.0;
-  }
-}
-static_assert(kThreads == 256 && kC == 64 && kSlice == 64, "16 x 16 threads of 4 x 4 elements");
-
-template <int DK>
-__global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams<float> p,
-                                                              double* __restrict__ part) {  // [N, H, blocks]
-  using L = FixedDgSmem;
-  extern __shared__ __align__(16) double smemd[];
-  double* sQ = smemd + L::Q;
-  double* sK = smemd + L::K;
-  double* sdO = smemd + L::dO;
-  double* sV = smemd + L::V;
-  double* sB = smemd + L::Bc;
-  double* sW = smemd + L::W;
-  double* sF = smemd + L::F;
-  double* sRed = smemd + L::Red;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, ti = tid >> 4, tj = tid & 15;
-  const int nvb = p.value_dim / kSlice, ks = int(blockIdx.x) / nvb, vb = int(blockIdx.x) - ks * nvb;
-  const int h = blockIdx.y, n = blockIdx.z, H = p.heads, dv = p.value_dim;
-  const int c0 = ks * kSlice, v0 = vb * kSlice;
-  int64_t bos, len, coff;
-  seqInfo<kC>(p, n, bos, len, coff);
-  const int64_t hbase = (int64_t(n) * H + h) * DK * dv + int64_t(c0) * dv + v0;  // [N, H, DK, dv]
-
-  double S[4][4], Y[4][4];  // S_c, Y_c at (key row, value column) = (c0 + ti + 16 a, v0 + tj + 16 b)
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      S[a][b] = p.h0 ? double(p.h0[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]) : 0.0;
-      Y[a][b] = 0.0;
-    }
-  double acc = 0.0;
-  const double scale = p.scale;
-  const int64_t nch = (len + kC - 1) / kC;
-  for (int64_t ch = 0; ch < nch; ++ch) {
-    const int64_t tk = bos + ch * kC;
-    const int lc = int((len - ch * kC) < kC ? (len - ch * kC) : int64_t(kC));
-    __syncthreads();  // previous chunk's reads done
-    loadChunkF64(sQ, p.q + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
-    loadChunkF64(sK, p.k + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
-    loadChunkF64(sdO, p.d_o + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
-    loadChunkF64(sV, p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
-    if (warp == 0) {
-      const float g0 = lane < lc ? decayAt(p, tk + lane, h) : 0.f;
-      const float g1 = lane + 32 < lc ? decayAt(p, tk + lane + 32, h) : 0.f;
-      double b0, b1, blast;
-      chunkCumsum(g0, g1, b0, b1, blast);
-      sB[lane] = b0;
-      sB[lane + 32] = b1;
-      sW[lane] = scale * exp(b0);
-      sW[lane + 32] = scale * exp(b1);
-      sF[lane] = exp(blast - b0);
-      sF[lane + 32] = exp(blast - b1);
-    }
-    __syncthreads();
-    // Pair terms at (t, s) = (ti + 16 a, tj + 16 b): x = do_t . v_s over the value block,
-    // y = q_t . k_s over the key slice.
-    {
-      double x[4][4] = {}, y[4][4] = {};
-      for (int j = 0; j < kSlice; ++j) {
-        double oa[4], vs[4], qa[4], ksb[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) {
-          oa[a] = sdO[(ti + 16 * a) * L::LD + j];
-          vs[a] = sV[(tj + 16 * a) * L::LD + j];
-          qa[a] = sQ[(ti + 16 * a) * L::LD + j];
-          ksb[a] = sK[(tj + 16 * a) * L::LD + j];
-        }
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            x[a][b] = fma(oa[a], vs[b], x[a][b]);
-            y[a][b] = fma(qa[a], ksb[b], y[a][b]);
-          }
-      }
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int t = ti + 16 * a, s = tj + 16 * b;
-          if (s < t) acc += double(t - s) * scale * exp(sB[t] - sB[s]) * x[a][b] * y[a][b];
-        }
-    }
-    // Readout terms with S_c, Y_c; then S_{c+1} = e_C S_c + sum_s F_s k_s v_s^T and
-    // Y_{c+1} = e_C (Y_c + lc S_c) + sum_s (lc - 1 - s) F_s k_s v_s^T.
-    const double ec = exp(sB[kC - 1]);  // exp(b_C): padded tokens have g = 0
-    double Sn[4][4], Yn[4][4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        Sn[a][b] = ec * S[a][b];
-        Yn[a][b] = ec * fma(double(lc), S[a][b], Y[a][b]);
-      }
-    for (int t = 0; t < lc; ++t) {
-      double qa[4], ka[4], ob[4], vb4[4];
-#pragma unroll
-      for (int a = 0; a < 4; ++a) {
-        qa[a] = sQ[t * L::LD + ti + 16 * a];
-        ka[a] = sK[t * L::LD + ti + 16 * a];
-        ob[a] = sdO[t * L::LD + tj + 16 * a];
-        vb4[a] = sV[t * L::LD + tj + 16 * a];
-      }
-      const double f = sF[t], be = double(lc - 1 - t) * f, tw = double(t + 1);
-      double r = 0.0;
-#pragma unroll
-      for (int a = 0; a < 4; ++a) {
-        double in = 0.0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) in = fma(ob[b], fma(tw, S[a][b], Y[a][b]), in);
-        r = fma(qa[a], in, r);
-        const double fk = f * ka[a], bk = be * ka[a];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          Sn[a][b] = fma(fk, vb4[b], Sn[a][b]);
-          Yn[a][b] = fma(bk, vb4[b], Yn[a][b]);
-        }
-      }
-      acc = fma(sW[t], r, acc);
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        S[a][b] = Sn[a][b];
-        Y[a][b] = Yn[a][b];
-      }
-  }
-  if (p.d_ht)
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        acc = fma(Y[a][b], double(p.d_ht[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]), acc);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) sRed[warp] = acc;
-  __syncthreads();
-  if (tid == 0) {
-    double a = 0.0;
-    for (int i = 0; i < kWarps; ++i) a += sRed[i];
-    part[(int64_t(n) * H + h) * gridDim.x + blockIdx.x] = a;
-  }
-}
-
-/// d_g[h] = the sum over sequences and (key slice, value block) parts of fixedDgScanKernel, in
-/// double and a fixed order (deterministic).
-__global__ void fixedDgScanReduceKernel(const double* __restrict__ part,  // [N, H, blocks]
-                                        int N, int H, int blocks, float* __restrict__ dg) {  // [H]
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= H) return;
-  double a = 0.0;
-  for (int n = 0; n < N; ++n)
-    for (int i = 0; i < blocks; ++i) a += part[(int64_t(n) * H + h) * blocks + i];
-  dg[h] = float(a);
-}
-
 // ---- pass 4: dg ---------------------------------------------------------------------------------
 /// One CTA per (head, sequence). dg_t = sum over key slices of dgpart (double). Scalar: writes
 /// dg [B, T, H]; Fixed: writes the sequence's sum of dg_t to fixed_part [N, H] (fixed order).
@@ -853,14 +599,7 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   }
   if constexpr (kF32) {
     if (scan_fixed_dg) {
-      double* part = reinterpret_cast<double*>(ws + o_fix);
-      auto kernel = fixedDgScanKernel<DK>;
-      setSmem(kernel, FixedDgSmem::bytes);
-      kernel<<<dim3(nks * nvb, H, N), kThreads, FixedDgSmem::bytes, stream>>>(p, part);
-      LINAC_CUDA_CHECK_LAUNCH("fixedDgScanKernel");
-      fixedDgScanReduceKernel<<<(H + kReduceThreads - 1) / kReduceThreads, kReduceThreads, 0, stream>>>(
-          part, N, H, nks * nvb, a.d_g);
-      LINAC_CUDA_CHECK_LAUNCH("fixedDgScanReduceKernel");
+      launchFixedDgScan(p, DK, reinterpret_cast<double*>(ws + o_fix), a.d_g, stream);
     }
   }
   if (token_dg) {

@@ -33,7 +33,7 @@ start=$(date +%s)
 srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f32.cu
       runtime/kernels/cuda/chunk_forward_bf16.cu runtime/kernels/cuda/chunk_forward_f16.cu
       runtime/kernels/cuda/recurrent_step.cu runtime/kernels/cuda/scan.cu runtime/kernels/cuda/chunk_backward.cu
-      runtime/kernels/cuda/chunk_backward_additive.cu
+      runtime/kernels/cuda/chunk_backward_additive.cu runtime/kernels/cuda/chunk_backward_fixed_dg.cu
       runtime/kernels/cuda/chunk_backward_diagonal.cu
       runtime/kernels/cuda/chunk_backward_delta.cu
       "${hopper[@]}" tests/runtime/cuda/lab.cu)
