@@ -62,7 +62,7 @@ Command addCompileCommand(CLI::App& root) {
   app->add_option("--emit", f->emit, "print this stage instead of writing files: spec, ir, ir-opt or cpp");
   app->add_option("--schedule", f->options.schedule, "the model schedule shown in the IR (3:1, pure, transformer, a file)")
       ->capture_default_str();
-  app->add_option("--preset", f->options.preset, "the preset that resolves the sizes (tiny, 340m, 1.3b or a file)")
+  app->add_option("--preset", f->options.preset, "the preset that resolves the sizes (specs/presets: tiny, small, 340m, 1.3b, mqar; or a file)")
       ->capture_default_str();
   app->add_option("--out", f->out, "where generated/<variant>/ is written (with --check: the folder checked)")
       ->capture_default_str();

@@ -95,7 +95,7 @@ Command addMemoryCommand(CLI::App& root) {
   app->add_option("SPEC", f->spec, "the linear variant spec (YAML)")->required();
   app->add_option("--schedule", f->schedule, "where full attention goes: 3:1, pure, transformer or a file")
       ->capture_default_str();
-  app->add_option("--preset", f->preset, "the model size: tiny, 340m, 1.3b or a preset file")->capture_default_str();
+  app->add_option("--preset", f->preset, "the model size: a preset of specs/presets (tiny, small, 340m, 1.3b, mqar) or a preset file")->capture_default_str();
   app->add_option("--context", f->context, "tokens the caches hold")->capture_default_str();
   app->add_option("--batch", f->batch, "sequences")->capture_default_str();
   app->add_option("--dtype", f->dtype, "the caches' dtype: bf16, fp16 or fp32 (recurrent states stay fp32)")

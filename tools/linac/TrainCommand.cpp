@@ -492,7 +492,7 @@ Command addTrainCommand(CLI::App& root) {
                   "overrides it");
   app->add_option("--schedule", f->schedule, "where full attention goes: 3:1, pure, transformer or a file")
       ->capture_default_str();
-  app->add_option("--preset", f->preset, "the model size: tiny, 340m, 1.3b or a preset file")->capture_default_str();
+  app->add_option("--preset", f->preset, "the model size: a preset of specs/presets (tiny, small, 340m, 1.3b, mqar) or a preset file")->capture_default_str();
   app->add_option("--task", f->task, "lm: language modelling on --data; mqar: generated MQAR sequences")
       ->check(CLI::IsMember({"lm", "mqar"}))
       ->capture_default_str();
