@@ -59,15 +59,14 @@ public:
           llvm::raw_string_ostream os(text_);
           os << d.getLocation() << ": " << d << "\n";
           auto file = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation());
+          const bool inFile = file && file.getLine() > 0;
+          const spec::SourceLoc loc = inFile ? spec::SourceLoc{file.getFilename().str(), static_cast<int>(file.getLine()),
+                                                               static_cast<int>(file.getColumn())}
+                                             : spec::SourceLoc{};
           if (d.getSeverity() == mlir::DiagnosticSeverity::Warning)
-            warnings_.push_back(file && file.getLine() > 0
-                                    ? file.getFilename().str() + ":" + std::to_string(file.getLine()) + ":" +
-                                          std::to_string(file.getColumn()) + ": warning: " + d.str()
-                                    : "warning: " + d.str());
-          if (d.getSeverity() == mlir::DiagnosticSeverity::Error && file && file.getLine() > 0 && !located_)
-            located_ = spec::SpecError(spec::SourceLoc{file.getFilename().str(), static_cast<int>(file.getLine()),
-                                                       static_cast<int>(file.getColumn())},
-                                       d.str());
+            warnings_.push_back(inFile ? spec::renderDiagnostic(loc, "warning", d.str()) : "warning: " + d.str());
+          if (d.getSeverity() == mlir::DiagnosticSeverity::Error && inFile && !located_)
+            located_ = spec::SpecError(loc, d.str());
           return mlir::success();
         }) {}
   const std::string& text() const { return text_; }

@@ -7,13 +7,13 @@
 #include <cctype>
 
 namespace linac::spec {
-namespace {
-
-std::string render(const SourceLoc& loc, const std::string& message) {
+std::string renderDiagnostic(const SourceLoc& loc, const std::string& severity, const std::string& message) {
   // A location without a line (a missing file, a command-line argument) prints the file alone.
-  if (loc.line <= 0) return fmt::format("{}: error: {}", loc.file, message);
-  return fmt::format("{}:{}:{}: error: {}", loc.file, loc.line, loc.col, message);
+  if (loc.line <= 0) return fmt::format("{}: {}: {}", loc.file, severity, message);
+  return fmt::format("{}:{}:{}: {}: {}", loc.file, loc.line, loc.col, severity, message);
 }
+
+namespace {
 
 std::string lower(const std::string& s) {
   std::string out = s;
@@ -46,7 +46,7 @@ constexpr size_t kMaxSuggestLength = 64;
 }  // namespace
 
 SpecError::SpecError(SourceLoc loc, std::string message)
-    : std::runtime_error(render(loc, message)), loc_(std::move(loc)), message_(std::move(message)) {}
+    : std::runtime_error(renderDiagnostic(loc, "error", message)), loc_(std::move(loc)), message_(std::move(message)) {}
 
 std::string closestMatch(const std::string& word, const std::vector<std::string>& candidates) {
   if (word.empty() || word.size() > kMaxSuggestLength) return "";

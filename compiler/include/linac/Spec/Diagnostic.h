@@ -21,6 +21,9 @@ private:
   std::string message_;
 };
 
+/// One diagnostic line, "file:line:col: SEVERITY: message" (the file alone without a line).
+std::string renderDiagnostic(const SourceLoc& loc, const std::string& severity, const std::string& message);
+
 /// The closest candidate by edit distance, or "" when none is close enough to suggest.
 std::string closestMatch(const std::string& word, const std::vector<std::string>& candidates);
 
