@@ -716,6 +716,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   if constexpr (!kF32) {
     dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
     hopper = hopper::diagonalGradSupported(dtype, s);
+  }
+  if (hopper) {
     hp.q = p.q;
     hp.k = p.k;
     hp.v = p.v;
@@ -740,8 +742,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     hp.value_dim = p.value_dim;
     hp.scale = p.scale;
     hp.exclusive = p.exclusive;
+    hopper::diagonalStateScan(dtype, s, hp, stream);
   }
-  if (hopper) hopper::diagonalStateScan(dtype, s, hp, stream);
 #endif
   if (!hopper) {
     auto kernel = diagStateScanKernel<T, DK, PreciseState>;

@@ -103,22 +103,19 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
 }
 
-template <class T>
-void runDiagScanDims(const RecurrenceShape& s, const DiagGradParams& p, cudaStream_t stream) {
-  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (k64 && v64) runDiagStateScan<T, 64, 64>(p, stream);
-  else if (k64) runDiagStateScan<T, 64, 128>(p, stream);
-  else if (v64) runDiagStateScan<T, 128, 64>(p, stream);
-  else runDiagStateScan<T, 128, 128>(p, stream);
-}
-
-template <class T>
-void runDiagDims(const RecurrenceShape& s, const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
-  const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (k64 && v64) runDiagGrad<T, 64, 64>(p, slots, stream);
-  else if (k64) runDiagGrad<T, 64, 128>(p, slots, stream);
-  else if (v64) runDiagGrad<T, 128, 64>(p, slots, stream);
-  else runDiagGrad<T, 128, 128>(p, slots, stream);
+/// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk, dv in
+/// {64, 128}, as diagonalGradSupported admits).
+template <class F>
+void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
+  auto dims = [&]<class T>() {
+    const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
+    if (k64 && v64) f.template operator()<T, 64, 64>();
+    else if (k64) f.template operator()<T, 64, 128>();
+    else if (v64) f.template operator()<T, 128, 64>();
+    else f.template operator()<T, 128, 128>();
+  };
+  if (dtype == DType::BF16) dims.template operator()<cutlass::bfloat16_t>();
+  else dims.template operator()<cutlass::half_t>();
 }
 
 /// The delta rule's wide heads (dk 256, dv 512): on unless LINAC_HOPPER_WIDE_BWD=0.
@@ -149,16 +146,14 @@ bool diagonalGradSupported(DType dtype, const RecurrenceShape& s) {
 void diagonalStateScan(DType dtype, const RecurrenceShape& s, const DiagGradParams& p, cudaStream_t stream) {
   LINAC_REQUIRE(diagonalGradSupported(dtype, s), "hopper diagonalStateScan: unsupported call");
   if (p.num_seqs <= 0) return;
-  if (dtype == DType::BF16) runDiagScanDims<cutlass::bfloat16_t>(s, p, stream);
-  else runDiagScanDims<cutlass::half_t>(s, p, stream);
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagStateScan<T, DK, DV>(p, stream); });
 }
 
 void diagonalGrad(DType dtype, const RecurrenceShape& s, const DiagGradParams& p, int64_t slots,
                   cudaStream_t stream) {
   LINAC_REQUIRE(diagonalGradSupported(dtype, s), "hopper diagonalGrad: unsupported call");
   if (slots <= 0) return;
-  if (dtype == DType::BF16) runDiagDims<cutlass::bfloat16_t>(s, p, slots, stream);
-  else runDiagDims<cutlass::half_t>(s, p, slots, stream);
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(p, slots, stream); });
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
