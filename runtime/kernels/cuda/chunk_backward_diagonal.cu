@@ -60,8 +60,8 @@
 // Products run on tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation). fp32 inputs use 3xTF32;
 // bf16 / fp16 inputs use 1xTF32 (d_g's chunk-local form above needs no more).
 // Every output is written by exactly one thread: deterministic, no atomics.
-// Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (slots ~ B T / C), d_u partials
-// [slots, H, dk].
+// Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (the input dtype on the Hopper
+// stages; slots ~ B T / C), d_u partials [slots, H, dk].
 #include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
 #ifdef LINAC_HAVE_HOPPER
@@ -666,13 +666,24 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
                 "diagonalChunkBackward: heads * key_dim / 64 must be <= 65535, got " +
                     std::to_string(int64_t(H) * nks));
 
+  // passes 1-3 on the Hopper stages (hopper/diag_state_scan.cuh, hopper/diag_grad.cuh) where they
+  // take the call; their state workspaces hold the input dtype
+  bool hopper = false;
+#ifdef LINAC_HAVE_HOPPER
+  DType dtype = DType::F32;
+  if constexpr (!kF32) {
+    dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
+    hopper = hopper::diagonalGradSupported(dtype, s);
+  }
+#endif
+
   size_t off = 0;
   auto carve = [&](size_t bytes) {
     const size_t o = off;
     off += (bytes + 255) / 256 * 256;
     return o;
   };
-  const size_t state_bytes = size_t(slots) * H * DK * dv * sizeof(float);
+  const size_t state_bytes = size_t(slots) * H * DK * dv * (hopper ? sizeof(T) : sizeof(float));
   const size_t chunk_vec_bytes = size_t(slots > 0 ? slots : 1) * H * DK * sizeof(float);
   const size_t o_s = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_ds = carve(state_bytes > 0 ? state_bytes : 1);
@@ -707,16 +718,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   p.exclusive = excl ? 1 : 0;
 
   if (want_du) LINAC_CUDA_CHECK(cudaMemsetAsync(p.du_part, 0, chunk_vec_bytes, stream));
-  // passes 1-3 on the Hopper stages (hopper/diag_state_scan.cuh, hopper/diag_grad.cuh) where they
-  // take the call
-  bool hopper = false;
 #ifdef LINAC_HAVE_HOPPER
   hopper::DiagGradParams hp{};
-  DType dtype = DType::F32;
-  if constexpr (!kF32) {
-    dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
-    hopper = hopper::diagonalGradSupported(dtype, s);
-  }
   if (hopper) {
     hp.q = p.q;
     hp.k = p.k;
@@ -727,7 +730,7 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     hp.h0 = p.h0;
     hp.d_ht = p.d_ht;
     hp.dh0 = p.dh0;
-    hp.states = p.states;  // the same workspaces, holding the input dtype there (half used)
+    hp.states = p.states;  // sized for the input dtype above
     hp.dstates = p.dstates;
     hp.dq = p.dq;
     hp.dk = p.dk;
