@@ -105,8 +105,8 @@ torch::Tensor applyMap(const runtime::PrologueMap& map, const std::vector<torch:
     return applyDeviceMap(map, *device, onDevice);
   }
 #endif
-  // No device maps for this variant (a build without CUDA, or a variant compiled on demand by the
-  // host compiler): a round trip through the CPU. `to` is differentiable, so the gradients flow
+  // No device maps for this variant (a build without CUDA, or a variant compiled on demand where
+  // no GPU was visible, which builds its host side only): a round trip through the CPU. `to` is differentiable, so the gradients flow
   // back to the device.
   std::vector<torch::Tensor> onHost;
   for (const auto& t : operands) onHost.push_back(t.to(torch::kCPU));

@@ -72,8 +72,10 @@ std::vector<const VariantKernels*> Registry::all() {
 
 void Registry::addDevice(const VariantDeviceMaps* maps) {
   auto [it, inserted] = deviceTable().emplace(maps->name, maps);
-  if (!inserted && it->second != maps)
+  if (inserted || it->second == maps) return;
+  if (!replacing())
     throw std::logic_error("two sets of device maps for variant '" + maps->name + "' are linked in");
+  it->second = maps;
 }
 
 const DeviceMap* Registry::findDevice(const PrologueMap& map) {

@@ -119,11 +119,12 @@ public:
   static const VariantKernels* find(const std::string& name);
   static std::vector<const VariantKernels*> all();
 
-  /// Registers a variant's device maps. Throws when another set of the same name is registered.
+  /// Registers a variant's device maps. Throws when another set of the same name is registered,
+  /// unless a ReplaceScope is active (as for add).
   static void addDevice(const VariantDeviceMaps* maps);
   /// The device launchers of `map`, one of the maps of a registered variant. Null when none are
   /// linked in for that variant at the same spec hash (a build without CUDA, or a variant
-  /// compiled on demand, which the host compiler builds without its .cu file).
+  /// compiled on demand on a machine without a GPU, where only its host side is built).
   static const DeviceMap* findDevice(const PrologueMap& map);
   /// The fused chunk forward of `variant` (at its spec hash), or null when none is linked in.
   static FusedForwardFn findFusedForward(const VariantKernels& variant);

@@ -7,6 +7,9 @@
 
 #include <cstdlib>
 #include <iostream>
+#ifdef LINAC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #endif
 
 namespace linac::cli {
@@ -20,6 +23,24 @@ std::string cacheDir() {
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/linac";
   return "/tmp/linac-cache";
 }
+
+/// The on-demand build: the host side, and in a CUDA build with a visible GPU the CUDA side for
+/// the current device's architecture with the nvcc this build was configured with.
+pipeline::OnDemandOptions onDemandOptions() {
+  pipeline::OnDemandOptions o{cacheDir(), LINAC_SOURCE_DIR "/specs", LINAC_SOURCE_DIR "/runtime", LINAC_CXX};
+#if defined(LINAC_HAVE_CUDA) && defined(LINAC_NVCC)
+  int count = 0, device = 0, major = 0, minor = 0;
+  if (::cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && ::cudaGetDevice(&device) == cudaSuccess &&
+      ::cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      ::cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
+    o.nvcc = LINAC_NVCC;
+    o.cudaArch = pipeline::cudaArchFor(major, minor);
+  } else {
+    ::cudaGetLastError();  // no GPU: clear the runtime's sticky error and build the host side
+  }
+#endif
+  return o;
+}
 #endif
 
 }  // namespace
@@ -29,9 +50,7 @@ const runtime::VariantKernels& requireKernels(const spec::VariantSpec& spec, con
   if (kernels && kernels->specHash == spec.hash) return *kernels;
 #ifdef LINAC_HAVE_COMPILER
   // Not in generated/ (or generated from another version of the file): compile it now.
-  pipeline::OnDemandOptions options{cacheDir(), LINAC_SOURCE_DIR "/specs", LINAC_SOURCE_DIR "/runtime",
-                                    LINAC_CXX};
-  std::string library = pipeline::buildVariantLibrary(spec, specPath, options, std::cerr);
+  std::string library = pipeline::buildVariantLibrary(spec, specPath, onDemandOptions(), std::cerr);
   const runtime::VariantKernels& loaded = runtime::loadVariantLibrary(library, spec.name);
   if (loaded.specHash != spec.hash)
     throw UsageError(library + " holds another version of " + spec.name + "; delete it and retry");

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -36,16 +37,46 @@ std::string shellQuote(const std::string& s) {
   return out + "'";
 }
 
+/// Runs `command` (stderr joined to stdout); throws with its output when it fails.
+void runBuild(const std::string& command, const std::string& what, const std::string& tmp) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run the compiler: " + command);
+  char buf[512];
+  while (::fgets(buf, sizeof(buf), pipe)) output += buf;
+  if (::pclose(pipe) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("on-demand build of " + what + " failed:\n" + command + "\n" + output);
+  }
+}
+
+/// "sm_90a" -> "compute_90a"; throws on anything that is not sm_<digits>[a|f].
+std::string virtualArch(const std::string& arch) {
+  size_t end = 3;
+  while (end < arch.size() && std::isdigit(static_cast<unsigned char>(arch[end]))) ++end;
+  const bool valid = arch.rfind("sm_", 0) == 0 && end > 3 &&
+                     (end == arch.size() || (end + 1 == arch.size() && (arch[end] == 'a' || arch[end] == 'f')));
+  if (!valid)
+    throw std::runtime_error("not a GPU architecture: '" + arch + "' (expected sm_<major><minor>, e.g. sm_90a)");
+  return "compute_" + arch.substr(3);
+}
+
 }  // namespace
+
+std::string cudaArchFor(int major, int minor) {
+  return "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 && minor == 0 ? "a" : "");
+}
 
 std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string& specPath,
                                 const OnDemandOptions& o, std::ostream& log) {
+  const bool cuda = !o.nvcc.empty() && !o.cudaArch.empty();
+  const std::string computeArch = cuda ? virtualArch(o.cudaArch) : "";
   const std::string dir = o.cacheDir + "/" + spec.name + "-" + spec.hash.substr(0, 16);
-  const std::string library = dir + "/lib" + spec.name + ".so";
+  const std::string library = dir + "/lib" + spec.name + (cuda ? "-" + o.cudaArch : "") + ".so";
   if (exists(library)) return library;
 
   log << "linac: " << spec.name << " is not in this build's generated/; compiling " << specPath
-      << " on demand into " << dir << "\n";
+      << " on demand into " << dir << (cuda ? " (host and " + o.cudaArch + ")" : "") << "\n";
   makeDirs(dir);
   CompileOptions options;
   options.specPath = specPath;
@@ -54,19 +85,23 @@ std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string
   writeFiles(generate(options), dir + "/src");
 
   const std::string tmp = library + ".tmp" + std::to_string(std::random_device{}());
-  const std::string source = dir + "/src/" + spec.name + "/" + spec.name + "_register.cpp";
-  const std::string command = shellQuote(o.cxx) + " -std=c++20 -O2 -fPIC -shared -I" +
-                              shellQuote(o.runtimeInclude) + " -I" + shellQuote(dir + "/src") + " " +
-                              shellQuote(source) + " -o " + shellQuote(tmp) + " 2>&1";
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) throw std::runtime_error("cannot run the host compiler: " + command);
-  char buf[512];
-  while (::fgets(buf, sizeof(buf), pipe)) output += buf;
-  if (::pclose(pipe) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("on-demand build of " + spec.name + " failed:\n" + command + "\n" + output);
+  const std::string sources = dir + "/src/" + spec.name + "/" + spec.name;
+  const std::string includes = " -I" + shellQuote(o.runtimeInclude) + " -I" + shellQuote(dir + "/src");
+  std::string command;
+  if (cuda) {
+    // One nvcc call builds both sides, as linac_generated does in a CUDA build: the registration
+    // through the host compiler, the device maps and fused forward for one architecture, linked
+    // against the shared CUDA runtime the process already has.
+    command = shellQuote(o.nvcc) + " -ccbin " + shellQuote(o.cxx) +
+              " -std=c++20 -O3 -Xcompiler -fPIC -shared -cudart shared -lineinfo"
+              " --expt-relaxed-constexpr -gencode=arch=" + computeArch + ",code=" +
+              o.cudaArch + includes + " " + shellQuote(sources + "_register.cpp") + " " +
+              shellQuote(sources + "_cuda.cu") + " -o " + shellQuote(tmp);
+  } else {
+    command = shellQuote(o.cxx) + " -std=c++20 -O2 -fPIC -shared" + includes + " " +
+              shellQuote(sources + "_register.cpp") + " -o " + shellQuote(tmp);
   }
+  runBuild(command, spec.name, tmp);
   if (::rename(tmp.c_str(), library.c_str()) != 0)
     throw std::runtime_error("cannot move " + tmp + " to " + library);
   log << "linac: built " << library << "\n";

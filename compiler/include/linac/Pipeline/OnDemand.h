@@ -1,6 +1,8 @@
 // On-demand compilation: a spec that is not in generated/ (or changed since) is compiled to a
-// cache folder keyed by its hash and built into a shared library with the host compiler, which
-// the runtime then loads (runtime/registry loadVariantLibrary).
+// cache folder keyed by its hash and built into a shared library, which the runtime then loads
+// (runtime/registry loadVariantLibrary). The host side (prologue functions, registration) is built
+// with the host compiler; where a GPU architecture is given, the CUDA side (device maps and the
+// fused chunk forward, <variant>_cuda.cu) is built into the same library with nvcc.
 #pragma once
 
 #include "linac/Spec/Spec.h"
@@ -14,11 +16,18 @@ struct OnDemandOptions {
   std::string specsDir;       // presets/ and attention.yaml
   std::string runtimeInclude; // the runtime/ folder (registry and kernel contract headers)
   std::string cxx = "c++";    // host compiler
+  std::string nvcc;           // CUDA compiler; empty: build the host side only
+  std::string cudaArch;       // the GPU to build for, e.g. "sm_90a" (cudaArchFor); with nvcc
 };
 
+/// nvcc's name for a GPU of compute capability major.minor: sm_90a on Hopper (its wgmma/TMA
+/// features are arch-specific, and the runtime's kernels are built for it), sm_XY elsewhere.
+std::string cudaArchFor(int major, int minor);
+
 /// Path of the shared library for `spec` (read from `specPath`), building it when the cache has
-/// none. Writes are atomic (temporary names, then rename), so concurrent runs are safe. Throws
-/// std::runtime_error with the compiler's output when the build fails.
+/// none: lib<name>.so for the host side alone, lib<name>-<arch>.so with the CUDA side for one
+/// architecture. Writes are atomic (temporary names, then rename), so concurrent runs are safe.
+/// Throws std::runtime_error with the compiler's output when the build fails.
 std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string& specPath,
                                 const OnDemandOptions& options, std::ostream& log);
 
