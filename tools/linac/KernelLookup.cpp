@@ -1,6 +1,7 @@
 #include "KernelLookup.h"
 
 #include "Cli.h"
+#include "Version.h"
 
 #ifdef LINAC_HAVE_COMPILER
 #include "linac/Pipeline/OnDemand.h"
@@ -27,7 +28,8 @@ std::string cacheDir() {
 /// The on-demand build: the host side, and in a CUDA build with a visible GPU the CUDA side for
 /// the current device's architecture with the nvcc this build was configured with.
 pipeline::OnDemandOptions onDemandOptions() {
-  pipeline::OnDemandOptions o{cacheDir(), LINAC_SOURCE_DIR "/specs", LINAC_SOURCE_DIR "/runtime", LINAC_CXX};
+  pipeline::OnDemandOptions o{cacheDir(), versionText(), LINAC_SOURCE_DIR "/specs", LINAC_SOURCE_DIR "/runtime",
+                              LINAC_CXX};
 #if defined(LINAC_HAVE_CUDA) && defined(LINAC_NVCC)
   int count = 0, device = 0, major = 0, minor = 0;
   if (::cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && ::cudaGetDevice(&device) == cudaSuccess &&

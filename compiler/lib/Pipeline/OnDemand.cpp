@@ -1,6 +1,7 @@
 #include "linac/Pipeline/OnDemand.h"
 
 #include "linac/Pipeline/Compile.h"
+#include "linac/Spec/SpecParser.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,7 +72,8 @@ std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string
                                 const OnDemandOptions& o, std::ostream& log) {
   const bool cuda = !o.nvcc.empty() && !o.cudaArch.empty();
   const std::string computeArch = cuda ? virtualArch(o.cudaArch) : "";
-  const std::string dir = o.cacheDir + "/" + spec.name + "-" + spec.hash.substr(0, 16);
+  const std::string dir = o.cacheDir + "/" + spec.name + "-" + spec.hash.substr(0, 16) + "-" +
+                          spec::sha256Hex(o.build).substr(0, 8);
   const std::string library = dir + "/lib" + spec.name + (cuda ? "-" + o.cudaArch : "") + ".so";
   if (exists(library)) return library;
 

@@ -18,7 +18,7 @@ namespace linac {
 namespace {
 
 pipeline::OnDemandOptions cudaOptions(const std::string& cache) {
-  pipeline::OnDemandOptions o{cache, LINAC_SPECS_DIR, LINAC_RUNTIME_DIR, LINAC_CXX};
+  pipeline::OnDemandOptions o{cache, "linac_ondemand_cuda_tests", LINAC_SPECS_DIR, LINAC_RUNTIME_DIR, LINAC_CXX};
   o.nvcc = LINAC_NVCC;
   o.cudaArch = pipeline::cudaArchFor(9, 0);
   return o;

@@ -12,7 +12,9 @@
 namespace linac::pipeline {
 
 struct OnDemandOptions {
-  std::string cacheDir;       // e.g. ~/.cache/linac; one subfolder per spec hash
+  std::string cacheDir;       // e.g. ~/.cache/linac; one subfolder per spec hash and build
+  std::string build;          // the linac that loads the library (`linac --version`): a library
+                              // built against another version of the runtime's headers is not reused
   std::string specsDir;       // presets/ and attention.yaml
   std::string runtimeInclude; // the runtime/ folder (registry and kernel contract headers)
   std::string cxx = "c++";    // host compiler
@@ -25,7 +27,7 @@ struct OnDemandOptions {
 std::string cudaArchFor(int major, int minor);
 
 /// Path of the shared library for `spec` (read from `specPath`), building it when the cache has
-/// none: lib<name>.so for the host side alone, lib<name>-<arch>.so with the CUDA side for one
+/// none (the folder is <name>-<spec hash>-<build hash>): lib<name>.so for the host side alone, lib<name>-<arch>.so with the CUDA side for one
 /// architecture. Writes are atomic (temporary names, then rename), so concurrent runs are safe.
 /// Throws std::runtime_error with the compiler's output when the build fails.
 std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string& specPath,
