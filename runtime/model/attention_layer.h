@@ -3,6 +3,7 @@
 #pragma once
 
 #include "model/cache.h"
+#include "model/documents.h"
 #include "model/layers.h"
 
 #include <torch/torch.h>
@@ -24,8 +25,9 @@ class AttentionMixerImpl : public torch::nn::Module {
 public:
   AttentionMixerImpl(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
   static Plan plan(const spec::VariantSpec& spec, const spec::PresetSpec& preset);
-  /// x [B, T, hidden] -> [B, T, hidden].
-  torch::Tensor forward(const torch::Tensor& x);
+  /// x [B, T, hidden] -> [B, T, hidden]; with `documents`, each token attends within its own
+  /// packed document, and RoPE counts from the document's start (model/documents.h).
+  torch::Tensor forward(const torch::Tensor& x, const Documents* documents = nullptr);
 
   /// An empty key / value cache of `capacity` positions for `batch` sequences, in `options`'
   /// dtype and device (attention_layer_cached.cpp).
@@ -37,7 +39,7 @@ public:
 
 private:
   /// RoPE, GQA's repeated kv heads and causal SDPA: q [B, T, H, D], k, v [B, T, Hkv, D] -> [B, T, H * D].
-  torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v) const;
+  torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, const Documents* documents) const;
 
   spec::AttentionSpec attention_;
   AttentionDims dims_;

@@ -125,13 +125,19 @@ std::pair<torch::Tensor, torch::Tensor> addBlockNorm(const torch::Tensor& x, con
 }
 
 torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset) {
+  const int64_t T = x.size(1);
+  return ropeAt(x, theta, torch::arange(offset, offset + T, x.options().dtype(torch::kInt64)).view({1, T}));
+}
+
+torch::Tensor ropeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions) {
   const int64_t T = x.size(1), D = x.size(-1);
   if (D % 2) throw std::invalid_argument("rope: head dim " + std::to_string(D) + " is odd");
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(x.device());
   torch::Tensor invFreq = torch::pow(theta, -torch::arange(0, D, 2, opts) / double(D));  // [D/2]
-  torch::Tensor freqs = torch::outer(torch::arange(offset, offset + T, opts), invFreq);  // [T, D/2]
-  torch::Tensor cos = freqs.cos().to(x.scalar_type()).view({1, T, 1, D / 2});
-  torch::Tensor sin = freqs.sin().to(x.scalar_type()).view({1, T, 1, D / 2});
+  torch::Tensor freqs = positions.to(opts).unsqueeze(-1) * invFreq;                        // [B|1, T, D/2]
+  const int64_t rows = positions.size(0);
+  torch::Tensor cos = freqs.cos().to(x.scalar_type()).view({rows, T, 1, D / 2});
+  torch::Tensor sin = freqs.sin().to(x.scalar_type()).view({rows, T, 1, D / 2});
   torch::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
@@ -174,6 +180,20 @@ torch::Tensor activate(const torch::Tensor& x, runtime::Activation a) {
 torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a) {
   if (ops::shortConvSupported(x, weight)) return ops::shortConv(x, weight, a);
   return activate(causalConv(x, weight), a);
+}
+
+torch::Tensor causalConvActivatedWithin(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a,
+                                        const torch::Tensor& positions) {
+  const int64_t T = x.size(1), W = weight.size(-1);
+  torch::Tensor x32 = x.to(torch::kFloat32), w32 = weight.to(x.device(), torch::kFloat32);  // [B, T, C], [C, 1, W]
+  // out_t = sum_j w[:, W - 1 - j] x_{t-j}, the terms with j > positions_t dropped.
+  torch::Tensor y = x32 * w32.select(1, 0).select(1, W - 1);
+  for (int64_t j = 1; j < W && j < T; ++j) {
+    torch::Tensor earlier = torch::constant_pad_nd(x32, {0, 0, j, 0}).narrow(1, 0, T);  // x_{t-j}, 0 before the row
+    torch::Tensor inside = (positions >= j).unsqueeze(-1).to(torch::kFloat32);      // [B, T, 1]
+    y = y + earlier * inside * w32.select(1, 0).select(1, W - 1 - j);
+  }
+  return activate(y, a).to(x.scalar_type());
 }
 
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix) {

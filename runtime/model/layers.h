@@ -75,6 +75,9 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 /// Rotary position embedding (fla's RotaryEmbedding, non-interleaved: rotate halves) on
 /// x [B, T, H, D] at positions offset..offset+T-1. D must be even.
 torch::Tensor rope(const torch::Tensor& x, double theta, int64_t offset = 0);
+/// rope at explicit positions [B, T] (int64): packed documents count from their own start
+/// (model/documents.h).
+torch::Tensor ropeAt(const torch::Tensor& x, double theta, const torch::Tensor& positions);
 
 /// Casts q, k, v to the one element type the recurrence kernels run them in: the reduced
 /// precision (bf16 / fp16) when any of them has it, else unchanged. Under CUDA autocast the
@@ -116,6 +119,12 @@ torch::Tensor activate(const torch::Tensor& x, runtime::Activation a);
 /// activate(causalConv(x, weight), a): on CUDA one fused kernel, forward and backward
 /// (ops::shortConv: sums in fp32, weight used in fp32, x's dtype out); elsewhere the two composed.
 torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a);
+
+/// causalConvActivated within packed documents: out_t reads x_{t-j} only for j <= positions_t,
+/// the token's offset in its document ([B, T] int64, model/documents.h). Composed torch ops,
+/// summed in fp32, x's dtype out.
+torch::Tensor causalConvActivatedWithin(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a,
+                                        const torch::Tensor& positions);
 
 /// SwiGLU MLP parameters (fla's GatedMLP: gate_proj, up_proj, down_proj, no biases).
 Plan swigluPlan(int64_t hidden, int64_t intermediate, const std::string& prefix);

@@ -72,12 +72,14 @@ LinearMixerImpl::LinearMixerImpl(const runtime::VariantKernels& kernels, int64_t
   registerPlan(*this, plan(kernels, hidden), params_);
 }
 
-torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const torch::Tensor& x) const {
+torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const torch::Tensor& x,
+                                     const Documents* documents) const {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
   if (in.tokenShift) {
     h = profiled(scope::kPrologueEpilogue, [&] {
       torch::Tensor prev = torch::constant_pad_nd(x, {0, 0, 1, 0}).narrow(1, 0, T);  // x_{t-1}, 0 at t = 0
+      if (documents) prev = prev * (documents->positions > 0).unsqueeze(-1).to(prev.scalar_type());  // 0 at a document's start
       return x + params_.at("shift_" + in.name) * (prev - x);
     });
   }
@@ -89,12 +91,16 @@ torch::Tensor LinearMixerImpl::input(const runtime::InputDescription& in, const 
   // The convolution and its activation in one (one kernel on CUDA); without a convolution the
   // activation is one of the maps.
   if (in.conv > 0)
-    h = profiled(scope::kShortConv, [&] { return causalConvActivated(h, params_.at("conv_" + in.name), in.activation); });
+    h = profiled(scope::kShortConv, [&] {
+      const torch::Tensor& w = params_.at("conv_" + in.name);
+      return documents ? causalConvActivatedWithin(h, w, in.activation, documents->positions)
+                       : causalConvActivated(h, w, in.activation);
+    });
   return profiled(scope::kPrologueEpilogue, [&] {
     torch::Tensor f = (in.conv > 0 ? h : activate(h, in.activation))
                           .reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
     if (in.l2norm && !normalizedInKernel(in.name)) f = l2Normalize(f);
-    if (in.rope) f = rope(f, kInputRopeTheta);
+    if (in.rope) f = documents ? ropeAt(f, kInputRopeTheta, documents->positions) : rope(f, kInputRopeTheta);
     return f;
   });
 }
@@ -155,7 +161,8 @@ torch::Tensor LinearMixerImpl::norm(const torch::Tensor& o) const {
   throw std::invalid_argument("model: unknown output norm");
 }
 
-torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool oracle) const {
+torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool oracle,
+                                   const torch::Tensor& cuSeqlens) const {
   const runtime::LayerDescription& l = *layer_;
   const spec::RecurrenceSpec* r = oracle ? &oracleSpec_->recurrence : nullptr;  // the oracle's expressions
   const MixerDims& d = dims_;
@@ -174,6 +181,7 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
     opt.keyDim = d.keyDim;
     opt.scale = scale();
     opt.chunk = kernels_->chunk;
+    opt.cuSeqlens = cuSeqlens;
     o = prologue::fusedRecurrence(*kernels_, env, opt).first;
     return output(o, env, B, T, oracle);
   }
@@ -181,10 +189,16 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
   const bool decayed = kind.decay != kernels::DecayClass::None && l.decay.present;
   torch::Tensor g = decayed ? get("decay", l.decay, &spec::RecurrenceSpec::decay) : torch::Tensor();
   torch::Tensor v = get("v", l.v, &spec::RecurrenceSpec::v);
+  // The oracle takes the packed sequences' offsets as a vector.
+  std::vector<int64_t> offsets;
+  if (oracle && cuSeqlens.defined()) {
+    torch::Tensor host = cuSeqlens.to(torch::kCPU);
+    offsets.assign(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+  }
   if (kernels_->vectorState) {
     // v, g [B, T, H * dv]
     o = profiled(scope::kMixerKernel, [&] {
-      return oracle ? oracle::scan(v, g, {}).h : ops::scan(v, g, {}, {}, false).first;
+      return oracle ? oracle::scan(v, g, {}, offsets).h : ops::scan(v, g, {}, cuSeqlens, false).first;
     }).view({B, T, d.heads, d.valueDim});
   } else {
     torch::Tensor q = get("q", l.q, &spec::RecurrenceSpec::q);  // [B, T, H, dk]
@@ -196,10 +210,10 @@ torch::Tensor LinearMixerImpl::mix(const Env& env, int64_t B, int64_t T, bool or
                           ? toKernelLayout("u", env.at(l.bonus), B, T, d, *kernels_)
                           : torch::Tensor();  // [H, dk]
     o = profiled(scope::kMixerKernel, [&] {
-      if (oracle) return oracle::recurrence(kind, {q, k, v, g, beta, u, {}, scale(), {}}).o;
+      if (oracle) return oracle::recurrence(kind, {q, k, v, g, beta, u, {}, scale(), offsets}).o;
       toCommonKernelDtype(q, k, v);
       ops::RecurrenceOptions opt{kind, scale(), kernels_->chunk, false};
-      return ops::recurrence({q, k, v, g, beta, u, {}, {}}, opt).first;
+      return ops::recurrence({q, k, v, g, beta, u, {}, cuSeqlens}, opt).first;
     });
   }
   return output(o, env, B, T, oracle);
@@ -238,21 +252,28 @@ void LinearMixerImpl::addParamsAndStructure(Env& env, const torch::Tensor& x) co
   env["hidden"] = scalar(double(dims_.hidden));
 }
 
-torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x) {
+torch::Tensor LinearMixerImpl::forward(const torch::Tensor& x, const Documents* documents) {
   const int64_t B = x.size(0), T = x.size(1);
   Env env;  // field layout (roles.h), x's dtype and device
-  for (const auto& in : layer_->inputs) env[in.name] = input(in, x);
+  for (const auto& in : layer_->inputs) {
+    env[in.name] = input(in, x, documents);
+    // Packed documents: the rows as one sequence [1, B * T, ...] that cu_seqlens splits.
+    if (documents) env[in.name] = packRows(env[in.name]);
+  }
   profiled(scope::kPrologueEpilogue, [&] { addParamsAndStructure(env, x); });
+  const int64_t mixB = documents ? 1 : B, mixT = documents ? B * T : T;
+  const torch::Tensor cuSeqlens = documents ? documents->cuSeqlens : torch::Tensor();
   torch::Tensor o;  // [B, T, H * dv]
   if (backend_ == MixerBackend::Oracle) {
     // The oracle runs in float64 on the CPU: every value the mixer reads is converted (the
     // conversion is differentiable, so gradients flow back to the float32 parameters).
     Env env64;
     for (const auto& [name, t] : env) env64[name] = t.to(torch::kCPU, torch::kFloat64);
-    o = mix(env64, B, T, true).to(x.device(), x.scalar_type());
+    o = mix(env64, mixB, mixT, true, cuSeqlens).to(x.device(), x.scalar_type());
   } else {
-    o = mix(env, B, T, false);
+    o = mix(env, mixB, mixT, false, cuSeqlens);
   }
+  o = o.reshape({B, T, -1});
   return profiled(scope::kProjections, [&] { return torch::linear(o, params_.at("o_proj").to(o.scalar_type())); });
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "model/cache.h"
+#include "model/documents.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/roles.h"
@@ -35,8 +36,9 @@ public:
   /// The parameters a layer of this variant has at width `hidden` (names, shapes, inits).
   static Plan plan(const runtime::VariantKernels& kernels, int64_t hidden);
 
-  /// x [B, T, hidden] -> [B, T, hidden].
-  torch::Tensor forward(const torch::Tensor& x);
+  /// x [B, T, hidden] -> [B, T, hidden]; with `documents`, each packed document of x's rows is a
+  /// sequence of its own (model/documents.h).
+  torch::Tensor forward(const torch::Tensor& x, const Documents* documents = nullptr);
 
   /// A fresh (zero) cache for `batch` sequences: the state in fp32 on `options`' device, conv and
   /// token-shift inputs in `options`' dtype (linear_layer_cached.cpp).
@@ -63,8 +65,9 @@ private:
   torch::Tensor stepRecurrence(const Env& env, LinearLayerCache& cache, int64_t B) const;
 
   /// One input after token shift, projection, conv, activation, L2 norm (unless the fused kernel
-  /// normalises it) and RoPE: field layout.
-  torch::Tensor input(const runtime::InputDescription& in, const torch::Tensor& x) const;
+  /// normalises it) and RoPE: field layout. With `documents`, the shift, conv and RoPE restart
+  /// at each document.
+  torch::Tensor input(const runtime::InputDescription& in, const torch::Tensor& x, const Documents* documents) const;
   /// Whether the fused recurrence L2-normalises `input` itself (runtime::FusedPlan).
   bool normalizedInKernel(const std::string& input) const;
   /// A role's value on the Kernels backend (field layout, x's dtype and device): its prologue
@@ -76,7 +79,8 @@ private:
   /// The readout scale: the variant's, else key_dim^-0.5.
   double scale() const;
   /// Roles, recurrence and output stage over `env`; oracle: float64 on the CPU. -> [B, T, H * dv].
-  torch::Tensor mix(const Env& env, int64_t B, int64_t T, bool oracle) const;
+  /// cuSeqlens (B = 1, or undefined): the packed sequences the recurrence runs separately.
+  torch::Tensor mix(const Env& env, int64_t B, int64_t T, bool oracle, const torch::Tensor& cuSeqlens) const;
   /// The output stage: residual, norm, gate; o [B, T, H, dv] -> [B, T, H * dv].
   torch::Tensor output(torch::Tensor o, const Env& env, int64_t B, int64_t T, bool oracle) const;
   torch::Tensor norm(const torch::Tensor& o) const;

@@ -61,13 +61,13 @@ public:
     return p;
   }
 
-  /// x [B, T, hidden] -> [B, T, hidden]; `probe` (may be null) sees the mixer and MLP outputs,
+  /// x [B, T, hidden] -> [B, T, hidden] (`documents`: model/documents.h); `probe` (may be null) sees the mixer and MLP outputs,
   /// labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
-  torch::Tensor forward(const torch::Tensor& x, const StageProbe* probe = nullptr, int64_t index = 0,
-                        const std::string& name = "") {
+  torch::Tensor forward(const torch::Tensor& x, const Documents* documents = nullptr, const StageProbe* probe = nullptr,
+                        int64_t index = 0, const std::string& name = "") {
     // normalised in fp32 into one copy in the dtype all the mixer's projections read
     torch::Tensor n = profiled(scope::kNorm, [&] { return blockNorm(x, params_.at("attn_norm")); });
-    torch::Tensor mixed = attention_ ? attention_->forward(n) : linear_->forward(n);  // [B, T, hidden]
+    torch::Tensor mixed = attention_ ? attention_->forward(n, documents) : linear_->forward(n, documents);  // [B, T, hidden]
     const std::string layer = "blocks." + std::to_string(index) + ".";
     if (probe) (*probe)("layer " + std::to_string(index) + " (" + name + " mixer)", {layer + "attn_norm", layer + "mixer."}, mixed);
     torch::Tensor h, m;  // h = x + mixed, m = the MLP's normalised input
@@ -119,14 +119,16 @@ HybridLMImpl::HybridLMImpl(const ModelConfig& config) : config_(config) {
   if (head_) head_->weight.normal_(0.0, kInitStd);
 }
 
-torch::Tensor HybridLMImpl::forward(const torch::Tensor& tokens) { return forwardProbed(tokens, nullptr); }
+torch::Tensor HybridLMImpl::forward(const torch::Tensor& tokens, const Documents* documents) {
+  return forwardProbed(tokens, nullptr, documents);
+}
 
-torch::Tensor HybridLMImpl::forwardProbed(const torch::Tensor& tokens, const Probe* probe) {
+torch::Tensor HybridLMImpl::forwardProbed(const torch::Tensor& tokens, const Probe* probe, const Documents* documents) {
   torch::Tensor x = profiled(scope::kEmbedding, [&] { return embed_->forward(tokens); });  // [B, T, hidden]
   if (probe) (*probe)("the embedding", {"embed."}, x);
   for (size_t i = 0; i < blocks_->size(); ++i)
-    x = probe ? blocks_->ptr(i)->as<BlockImpl>()->forward(x, probe, static_cast<int64_t>(i), layerNames_[i])
-              : forwardBlock(i, x);
+    x = probe ? blocks_->ptr(i)->as<BlockImpl>()->forward(x, documents, probe, static_cast<int64_t>(i), layerNames_[i])
+              : forwardBlock(i, x, documents);
   x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_); });  // [B, T, hidden]
   if (probe) (*probe)("the final norm", {"final_norm"}, x);
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
@@ -161,7 +163,7 @@ std::string HybridLMImpl::locateNonFinite(const torch::Tensor& tokens) {
   };
   {
     torch::NoGradGuard noGrad;
-    forwardProbed(tokens, &probe);
+    forwardProbed(tokens, &probe, nullptr);
   }
   if (!found.empty()) return found;
   std::string message = "the forward pass is finite everywhere (the non-finite value arises in the loss, backward "
@@ -199,9 +201,9 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
   return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]
 }
 
-torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets, const Documents* documents) {
   torch::Tensor x = profiled(scope::kEmbedding, [&] { return embed_->forward(tokens); });  // [B, T, hidden]
-  for (size_t i = 0; i < blocks_->size(); ++i) x = forwardBlock(i, x);
+  for (size_t i = 0; i < blocks_->size(); ++i) x = forwardBlock(i, x, documents);
   x = profiled(scope::kNorm, [&] { return rmsNorm(x, finalNormWeight_); });  // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;  // [vocab, hidden]
   return profiled(scope::kLmHeadLoss, [&] {
@@ -209,13 +211,16 @@ torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tenso
   });
 }
 
-torch::Tensor HybridLMImpl::forwardBlock(size_t index, const torch::Tensor& x) {
+torch::Tensor HybridLMImpl::forwardBlock(size_t index, const torch::Tensor& x, const Documents* documents) {
   BlockImpl* block = blocks_->ptr(index)->as<BlockImpl>();
-  if (!checkpointing_) return block->forward(x);
+  if (!checkpointing_) return block->forward(x, documents);
   // In a scope: the block's own scopes take its parts, the rest (the recompute's bookkeeping in
-  // backward, the residual adds) is the checkpoint's.
+  // backward, the residual adds) is the checkpoint's. The recompute keeps its own copy of the
+  // documents (their tensors), as it runs after this call returns.
+  std::optional<Documents> kept = documents ? std::optional<Documents>(*documents) : std::nullopt;
   return profiled(scope::kCheckpoint, [&] {
-    return checkpointed([block](const torch::Tensor& input) { return block->forward(input); }, x, block->parameters());
+    return checkpointed([block, kept](const torch::Tensor& input) { return block->forward(input, kept ? &*kept : nullptr); },
+                        x, block->parameters());
   });
 }
 

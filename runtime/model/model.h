@@ -6,6 +6,7 @@
 
 #include "linac/Spec/Spec.h"
 #include "model/cache.h"
+#include "model/documents.h"
 #include "registry/registry.h"
 
 #include <torch/torch.h>
@@ -36,13 +37,16 @@ struct ModelConfig {
 class HybridLMImpl : public torch::nn::Module {
 public:
   explicit HybridLMImpl(const ModelConfig& config);
-  /// tokens [B, T] int64 -> logits [B, T, vocab] (float32, or the autocast dtype).
-  torch::Tensor forward(const torch::Tensor& tokens);
+  /// tokens [B, T] int64 -> logits [B, T, vocab] (float32, or the autocast dtype). With
+  /// `documents` (model/documents.h), each packed document of a row is a sequence of its own: its
+  /// logits are those of the document alone.
+  torch::Tensor forward(const torch::Tensor& tokens, const Documents* documents = nullptr);
   /// The mean cross-entropy of the next-token predictions for `tokens` [B, T] against `targets`
   /// [B, T] (-100 where nothing is scored): a 0-d fp32 tensor, cross_entropy(forward(tokens) in
   /// fp32, targets) to fp32 rounding, through ops::linearCrossEntropy (the LM head and the loss
   /// in chunks of tokens, their gradients in the same pass), never the [B * T, vocab] logits.
-  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  /// `documents` as for forward().
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets, const Documents* documents = nullptr);
   /// Where a non-finite training loss comes from (the trainer's locateNonFinite hook): re-runs
   /// the forward of `tokens` [B, T] without gradients, checking the embedding output, each
   /// block's mixer and MLP outputs, the final norm and the logits in order, and returns e.g.
@@ -73,9 +77,9 @@ private:
   /// and the parameter-name prefixes that stage reads.
   using Probe = std::function<void(const std::string& label, const std::vector<std::string>& params,
                                    const torch::Tensor& output)>;
-  torch::Tensor forwardProbed(const torch::Tensor& tokens, const Probe* probe);
+  torch::Tensor forwardProbed(const torch::Tensor& tokens, const Probe* probe, const Documents* documents);
   /// Block `index` on x [B, T, hidden], checkpointed when checkpointing is on.
-  torch::Tensor forwardBlock(size_t index, const torch::Tensor& x);
+  torch::Tensor forwardBlock(size_t index, const torch::Tensor& x, const Documents* documents);
 
   ModelConfig config_;
   std::vector<std::string> layerNames_;
