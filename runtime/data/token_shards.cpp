@@ -133,6 +133,13 @@ std::shared_ptr<const TokenShards> TokenShards::open(const std::string& path, co
       if (set->vocabSize_ != 0 && vocab != set->vocabSize_)
         throw DataError(headerPath + ": vocab_size " + std::to_string(vocab) + " differs from the shards before it (" +
                         std::to_string(set->vocabSize_) + "): shards of one set come from one tokenizer");
+      std::optional<int64_t> separator;
+      if (h.contains("document_separator") && !h["document_separator"].is_null())
+        separator = h["document_separator"].get<int64_t>();
+      if (!set->shards_.empty() && separator != set->separator_)
+        throw DataError(headerPath + ": its document_separator differs from the shards before it: shards of one "
+                        "set come from one tokenizer");
+      set->separator_ = separator;
       shard->width = dtypeWidth(shardDtype);
       shard->tokens = h.at("tokens").get<int64_t>();
       shard->documents = h.at("documents").get<int64_t>();

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ class TokenShards {
   const std::string& dtype() const { return dtype_; }
   /// The first header's tokenizer, e.g. "sentencepiece bench/tokenizer32k.model (sha256 ab12...)".
   const std::string& tokenizer() const { return tokenizer_; }
+  /// The id that ends every document (the headers' document_separator), or none when the shards
+  /// join documents without one (their .idx alone marks the starts).
+  std::optional<int64_t> documentSeparator() const { return separator_; }
   /// The SHA-256 (hex) of the tokenizer file the first header names; empty when it names none.
   const std::string& tokenizerSha256() const { return tokenizerSha256_; }
   /// "PATH: 3 shards, uint16, vocab 32000, 1234 documents, 567890 tokens".
@@ -71,6 +75,7 @@ class TokenShards {
   int64_t tokens_ = 0;
   int64_t documents_ = 0;
   int64_t vocabSize_ = 0;
+  std::optional<int64_t> separator_;
   std::string dtype_;
   std::string tokenizer_;
   std::string tokenizerSha256_;

@@ -163,6 +163,7 @@ struct TrainFlags {
   std::string fusedLoss = "on";
   int64_t profile = 0;
   bool resume = false, overwrite = false, acceptChanges = false, noOverlap = false, checkpointing = false;
+  bool varlen = false;
 };
 
 
@@ -229,6 +230,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   if (mqarTask && (has("data") || has("tokenizer") || has("data-dtype")))
     throw UsageError("--data, --data-dtype and --tokenizer are for --task lm; --task mqar generates its sequences");
   if (!mqarTask && has("mqar-pairs")) throw UsageError("--mqar-pairs needs --task mqar");
+  if (mqarTask && f.varlen) throw UsageError("--varlen is for --task lm: an MQAR sequence is one document");
   const int64_t mqarPairs = in.mqarPairs;
   if (mqarTask) in.tokenizer = "none";
   else if (has("tokenizer")) in.tokenizer = f.tokenizer;
@@ -406,7 +408,22 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--task ") + task + ": " + e.what() + " (see --seq-len, --mqar-pairs)");
   }
-  auto forward = [&](const torch::Tensor& tokens) { return lm->forward(tokens); };
+  // --varlen: every window's documents (split after each separator) are sequences of their own,
+  // in training and in the held-out evaluation. MQAR probes are single sequences.
+  std::optional<int64_t> separator;
+  if (f.varlen) {
+    separator = shards ? shards->documentSeparator() : std::optional<int64_t>(tokenizer->documentSeparator());
+    if (!separator)
+      throw UsageError("--varlen: " + shards->description() + " record no document separator (their headers' "
+                       "document_separator is null), so documents cannot be told apart in a window");
+    std::cout << "documents kept apart (--varlen): a document ends with id " << *separator << "\n";
+  }
+  auto forward = [&](const torch::Tensor& tokens) {
+    if (!separator) return lm->forward(tokens);
+    const model::Documents documents = model::documentsEndingWith(tokens, *separator);
+    return lm->forward(tokens, &documents);
+  };
+  auto plainForward = [&](const torch::Tensor& tokens) { return lm->forward(tokens); };
   trainer::TrainHooks hooks;
   // A non-finite loss: the error names the first layer whose output is non-finite.
   hooks.locateNonFinite = [&](const torch::Tensor& inputs) { return lm->locateNonFinite(inputs); };
@@ -432,7 +449,11 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   // The LM head and the loss in chunks of tokens (never the [tokens, vocab] logits), unless
   // --fused-loss off: the logits, then cross_entropy.
   if (fusedLoss == "on")
-    t.setLoss([&](const torch::Tensor& inputs, const torch::Tensor& targets) { return lm->loss(inputs, targets); });
+    t.setLoss([&](const torch::Tensor& inputs, const torch::Tensor& targets) {
+      if (!separator) return lm->loss(inputs, targets);
+      const model::Documents documents = model::documentsEndingWith(inputs, *separator);
+      return lm->loss(inputs, targets, &documents);
+    });
   trainer::TrainResult result = refusalsAsUsage([&] { return t.run(); });
   // Stopped by a signal (or another rank's): 128 + the signal, as a shell reports a killed
   // process (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); never 0, and no end-of-run evaluation.
@@ -457,7 +478,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
     std::vector<int64_t> pairs;
     for (int64_t p : {mqarPairs / 2, mqarPairs, 2 * mqarPairs})
       if (p >= 1 && 4 * p <= tc.seqLen && (pairs.empty() || pairs.back() != p)) pairs.push_back(p);
-    for (const auto& r : eval::mqar(forward, pairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 2, tc.device))
+    for (const auto& r : eval::mqar(plainForward, pairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 2, tc.device))
       std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries << " queries"
                 << (r.pairs == mqarPairs ? " (the trained number of pairs)" : "") << "\n";
     if (!result.lastCheckpoint.empty()) std::cout << "checkpoint: " << result.lastCheckpoint << "\n";
@@ -471,7 +492,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
                       ? " (" + std::to_string(tc.evalBatches) + " batches; --eval-batches 0 for all)"
                       : std::string())
               << "\n";
-  for (const auto& r : eval::mqar(forward, kMqarPairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 1,
+  for (const auto& r : eval::mqar(plainForward, kMqarPairs, tc.seqLen, mc.preset.vocab, kMqarExamples, tc.seed + 1,
                                   tc.device))
     std::cout << "mqar: " << r.pairs << " pairs, accuracy " << r.accuracy << " over " << r.queries
               << " queries (not trained on MQAR: near chance is expected)\n";
@@ -529,6 +550,9 @@ Command addTrainCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--checkpointing", f->checkpointing,
                 "activation checkpointing per block: recompute each block in the backward (less memory)");
+  app->add_flag("--varlen", f->varlen,
+                "keep the documents packed into a window apart (as flame's varlen training): each starts from a "
+                "zero state, its own positions and attention, at the token after a document separator");
   app->add_option("--profile", f->profile,
                   "profile N steps after 2 warm-up steps into RUN_DIR/profile (trace + time by category)")
       ->check(CLI::NonNegativeNumber)
