@@ -1,7 +1,7 @@
-// Pieces the tensor-core chunkwise backward paths share (chunk_backward_additive.cu,
-// chunk_backward_diagonal.cu, chunk_backward_delta.cu): the chunk-slot map for packed varlen
-// batches, asynchronous fp32 tile copies into shared memory, the in-chunk log-decay cumsum (in
-// double) and the fast / precise exp switch.
+// Pieces the tensor-core chunkwise backward paths share (chunk_backward_additive.cu and
+// chunk_backward_fixed_dg.cu, chunk_backward_diagonal*.cu, chunk_backward_delta*.cu): the
+// chunk-slot map for packed varlen batches, asynchronous fp32 tile copies into shared memory, the
+// in-chunk log-decay cumsum (in double) and the fast / precise exp switch.
 //
 // Chunk slots: per-chunk kernels launch one CTA per chunk slot. Sequence n owns slots
 // [coff_n, coff_n + ceil(len_n / C)) with coff_n = n * ceil(T / C) for a padded batch and

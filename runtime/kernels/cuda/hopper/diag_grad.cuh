@@ -1,6 +1,7 @@
 // Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
 // HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}:
-// the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3, reading the state passes'
+// the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3
+// (chunk_backward_diagonal_dqdk.cu, chunk_backward_diagonal_dv.cu), reading the state passes'
 // workspaces S_c and dS_{c+1} in the input dtype (diag_state_scan.cuh; that file's header and
 // chunk_backward_diagonal.cu's state the maths; numpy transcription with this kernel's roundings:
 // tests/runtime/cuda/diag_bwd_host_check.py).

@@ -34,8 +34,8 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& sh
 bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
-/// non-null) of every sequence and head: chunk_backward_diagonal.cu's pass 1 on wgmma. Supported
-/// where diagonalGradSupported is.
+/// non-null) of every sequence and head: chunk_backward_diagonal.cu's pass 1
+/// (chunk_backward_diagonal_scan.cu) on wgmma. Supported where diagonalGradSupported is.
 void diagonalStateScan(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
                        cudaStream_t stream);
 
