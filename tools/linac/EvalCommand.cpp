@@ -39,6 +39,7 @@ struct EvalFlags {
   std::string device = "auto";
   std::vector<int64_t> mqarPairs = {2, 4, 8};
   std::string haystack;
+  bool varlen = false;
   TaskSettings settings;
 };
 
@@ -111,10 +112,22 @@ int runEval(EvalFlags& f) {
     torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = heldOut[size_t(i * seqLen + t)];
-    auto r = eval::perplexity(forward, windows, kEvalBatch, dev);
+    // --varlen: the separator that ends a document (the shards' own where they record one).
+    int64_t separator = tokenizer->documentSeparator();
+    if (f.varlen && !dataPath.empty() && data::isTokenShardPath(dataPath)) {
+      const auto recorded = data::TokenShards::open(dataPath)->documentSeparator();
+      if (!recorded) throw UsageError("--varlen: " + dataPath + " records no document separator");
+      separator = *recorded;
+    }
+    auto documentsForward = [&](const torch::Tensor& tokens) {
+      const model::Documents documents = model::documentsEndingWith(tokens, separator);
+      return lm->forward(tokens, &documents);
+    };
+    auto r = f.varlen ? eval::perplexity(documentsForward, windows, kEvalBatch, dev)
+                      : eval::perplexity(forward, windows, kEvalBatch, dev);
     std::cout << "ppl: held-out loss " << r.loss << " nats, perplexity " << r.ppl << " over " << r.tokens
-              << " tokens (" << description << ")\n";
-    lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}});
+              << " tokens (" << description << (f.varlen ? "; documents apart" : "") << ")\n";
+    lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}, {"varlen", f.varlen}});
   }
   if (plan.mqar) {
     for (const auto& r : eval::mqar(forward, f.mqarPairs, seqLen, mc.preset.vocab, settings.examples, settings.seed, dev)) {
@@ -162,6 +175,8 @@ Command addEvalCommand(CLI::App& root) {
                   "(zero-shot task files in --task-dir)")
       ->capture_default_str();
   app->add_option("--data", f->data, "the corpus whose held-out part ppl scores (default: the embedded corpus)");
+  app->add_flag("--varlen", f->varlen,
+                "ppl: score the documents of each held-out window apart, as a run trained with --varlen saw them");
   addDeviceOption(*app, f->device);
   addIntListOption(*app, "--mqar-pairs", f->mqarPairs, "comma-separated key-value pairs per MQAR sequence");
   addIntListOption(*app, "--context", s.contexts, "comma-separated RULER context lengths in tokens");
