@@ -49,8 +49,10 @@ std::string holderPid(int fd) {
 
 // ----- what belongs to a run --------------------------------------------------------------
 
+/// The trainer's own files, and eval.jsonl (`linac eval` appends its results there): an
+/// --overwrite removes them with the run they describe.
 const std::set<std::string>& trainerEntries() {
-  static const std::set<std::string> names = {"lock", "config.json", "metrics.jsonl", "latest", "profile"};
+  static const std::set<std::string> names = {"lock", "config.json", "metrics.jsonl", "latest", "profile", "eval.jsonl"};
   return names;
 }
 

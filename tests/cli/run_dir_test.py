@@ -78,7 +78,7 @@ def check_in(needle, text, what="output"):
 
 def fresh_run_refuses_existing_dir(work):
     """Item 1: a plain re-run into a run directory is refused and changes nothing; --overwrite
-    replaces the run (no old checkpoint survives, latest is the new one)."""
+    replaces the run (no old checkpoint or evaluation survives, latest is the new one)."""
     out = os.path.join(work, "run")
     train(out, "--steps", "4", "--checkpoint-every", "1")
     before = snapshot(out)
@@ -86,8 +86,10 @@ def fresh_run_refuses_existing_dir(work):
     for needle in (out, "--resume", "--overwrite"):
         check_in(needle, p.stderr, "refusal")
     assert snapshot(out) == before, "a refused run changed the run directory"
+    linac("eval", out, "--tasks", "mqar", "--mqar-pairs", "2", "--device", "cpu", expect=0)  # writes eval.jsonl
     train(out, "--steps", "2", "--checkpoint-every", "1", "--overwrite")
     assert checkpoints(out) == ["ckpt-1.pt", "ckpt-2.pt"], checkpoints(out)
+    assert not os.path.exists(os.path.join(out, "eval.jsonl")), "the replaced run's results survived"
     assert latest(out) == "ckpt-2.pt"
     assert metric_steps(out) == [1, 2], metric_steps(out)
     linac("train", SPEC, "--resume", "--overwrite", "--out", out, expect=2)
