@@ -7,7 +7,9 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -44,18 +46,19 @@ double GenerateResult::decodeTokensPerSecond() const {
   return decodeSeconds > 0.0 ? double(decodeTokens) / decodeSeconds : 0.0;
 }
 
-GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, const GenerateOptions& options) {
-  checkSampling(options.sampling);
-  if (prompt.dim() != 2 || prompt.size(1) < 1 || prompt.size(0) < 1)
-    throw std::invalid_argument("generate: the prompt must be [B, T] token ids with B, T >= 1");
-  if (options.maxNew < 1) throw std::invalid_argument("generate: max new tokens must be >= 1");
+namespace {
+
+/// The engine once the prompts are known: makes the cache (B rows, `capacity` positions), runs
+/// `prefill` on it (it returns logits [B, t, vocab] whose last position picks each row's first new
+/// token), then the decode steps. Fills everything in the result but prefillTokens.
+template <class Prefill>
+GenerateResult run(model::HybridLMImpl& lm, int64_t B, int64_t capacity, torch::Device device,
+                   const GenerateOptions& options, Prefill&& prefill) {
   torch::NoGradGuard noGrad;
-  const int64_t B = prompt.size(0), T = prompt.size(1);
-  torch::Device device = prompt.device();
   if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, 0);
   GenerateResult result;
   result.tokens.resize(size_t(B));
-  result.capacity = T + options.maxNew;
+  result.capacity = capacity;
 
 #ifdef LINAC_HAVE_CUDA
   if (device.is_cuda()) {
@@ -93,10 +96,9 @@ GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, co
 
   synchronize(device);
   Clock::time_point start = Clock::now();
-  torch::Tensor next = take(lm.forwardCached(prompt, cache));  // [B, 1]
+  torch::Tensor next = take(prefill(cache));  // [B, 1]
   synchronize(device);
   result.prefillSeconds = secondsSince(start);
-  result.prefillTokens = B * T;
 
   start = Clock::now();
   for (int64_t produced = 1; produced < options.maxNew && running > 0; ++produced) {
@@ -110,6 +112,69 @@ GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, co
   if (result.device) result.device->peak = allocatedBytes(device, true);
 #endif
   if (options.keepLogits) result.logits = torch::cat(kept, 1);
+  return result;
+}
+
+}  // namespace
+
+GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, const GenerateOptions& options) {
+  checkSampling(options.sampling);
+  if (prompt.dim() != 2 || prompt.size(1) < 1 || prompt.size(0) < 1)
+    throw std::invalid_argument("generate: the prompt must be [B, T] token ids with B, T >= 1");
+  if (options.maxNew < 1) throw std::invalid_argument("generate: max new tokens must be >= 1");
+  const int64_t B = prompt.size(0), T = prompt.size(1);
+  GenerateResult result = run(lm, B, T + options.maxNew, prompt.device(), options,
+                              [&](model::ModelCache& cache) { return lm.forwardCached(prompt, cache); });
+  result.prefillTokens = B * T;
+  return result;
+}
+
+GenerateResult generate(model::HybridLMImpl& lm, const std::vector<std::vector<int64_t>>& prompts,
+                        const torch::Device& device, const GenerateOptions& options) {
+  checkSampling(options.sampling);
+  if (prompts.empty()) throw std::invalid_argument("generate: no prompts");
+  if (options.maxNew < 1) throw std::invalid_argument("generate: max new tokens must be >= 1");
+  const int64_t B = int64_t(prompts.size());
+  int64_t longest = 0, tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw std::invalid_argument("generate: prompt " + std::to_string(i) + " is empty");
+    longest = std::max(longest, int64_t(prompts[i].size()));
+    tokens += int64_t(prompts[i].size());
+  }
+  // Rows of one length next to each other, so each length is one prefill through a view of its rows.
+  std::vector<size_t> order(prompts.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
+  auto prefill = [&](model::ModelCache& cache) {
+    std::vector<torch::Tensor> last(prompts.size());  // [1, vocab] per row, in row order
+    torch::Tensor lengths = torch::empty({B}, torch::kInt64);
+    for (int64_t start = 0; start < B;) {
+      const size_t length = prompts[order[size_t(start)]].size();
+      int64_t end = start + 1;
+      while (end < B && prompts[order[size_t(end)]].size() == length) ++end;
+      torch::Tensor ids = torch::empty({end - start, int64_t(length)}, torch::kInt64);  // [rows, length]
+      for (int64_t r = start; r < end; ++r) {
+        ids[r - start].copy_(torch::tensor(prompts[order[size_t(r)]], torch::kInt64));
+        lengths[r] = int64_t(length);
+      }
+      model::ModelCache rows = cache.rows(start, end - start);
+      torch::Tensor logits = lm.forwardCached(ids.to(device), rows);  // [rows, length, vocab]
+      for (int64_t r = start; r < end; ++r) last[size_t(r)] = logits[r - start].select(0, int64_t(length) - 1).unsqueeze(0);
+      start = end;
+    }
+    cache.setRowLengths(lengths.to(device));
+    return torch::cat(last, 0).unsqueeze(1);  // [B, 1, vocab]
+  };
+  GenerateResult sorted = run(lm, B, longest + options.maxNew, device, options, prefill);
+  sorted.prefillTokens = tokens;
+  // Back to the order of `prompts`.
+  GenerateResult result = sorted;
+  for (size_t r = 0; r < order.size(); ++r) result.tokens[order[r]] = std::move(sorted.tokens[r]);
+  if (options.keepLogits) {
+    torch::Tensor inverse = torch::empty({B}, torch::kInt64);
+    for (size_t r = 0; r < order.size(); ++r) inverse[int64_t(order[r])] = int64_t(r);
+    result.logits = sorted.logits.index_select(0, inverse);
+  }
   return result;
 }
 

@@ -49,8 +49,18 @@ struct GenerateResult {
 };
 
 /// Continues each row of `prompt` [B, T] (int64, on the model's device, T >= 1; every row the
-/// same length) by up to options.maxNew tokens. Runs without gradients; the model should be in
-/// eval mode. Throws std::invalid_argument for an empty prompt, maxNew < 1 or bad sampling options.
+/// same length: the overload below takes prompts of different lengths) by up to options.maxNew
+/// tokens. Runs without gradients; the model should be in eval mode. Throws std::invalid_argument
+/// for an empty prompt, maxNew < 1 or bad sampling options.
 GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, const GenerateOptions& options);
+
+/// Continues each of `prompts` (token ids, lengths may differ, each >= 1) by up to maxNew tokens
+/// in one batch on `device`: the rows of each prompt length are prefilled together through a view
+/// of the cache (ModelCache::rows), then every row decodes at its own position. Each row's tokens
+/// are those it would get alone. With keepLogits, logits is [B, maxNew or fewer, vocab]: the
+/// logits that chose each new token (the prompt's last position, then each step), in the order
+/// of `prompts`.
+GenerateResult generate(model::HybridLMImpl& lm, const std::vector<std::vector<int64_t>>& prompts,
+                        const torch::Device& device, const GenerateOptions& options);
 
 }  // namespace linac::generate

@@ -35,7 +35,9 @@ public:
   /// x [B, T, hidden], the next T tokens of the cached sequences -> [B, T, hidden]: their keys and
   /// values are appended to the cache and each query attends to every cached position up to its
   /// own. Equals forward() over the whole sequence. Throws when the cache would overflow.
-  torch::Tensor forwardCached(const torch::Tensor& x, AttentionLayerCache& cache);
+  /// rowPositions [B] (one token, rows of different lengths; else undefined): row b's token is at
+  /// rowPositions[b], its key and value are written there, and it attends to positions up to it.
+  torch::Tensor forwardCached(const torch::Tensor& x, AttentionLayerCache& cache, const torch::Tensor& rowPositions = {});
 
 private:
   /// RoPE, GQA's repeated kv heads and causal SDPA: q [B, T, H, D], k, v [B, T, Hkv, D] -> [B, T, H * D].

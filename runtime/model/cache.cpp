@@ -1,5 +1,8 @@
 #include "model/cache.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace linac::model {
 
 CacheBytes& CacheBytes::operator+=(const CacheBytes& other) {
@@ -24,6 +27,42 @@ std::vector<CacheBytes> ModelCache::layerBytes() const {
     out.push_back(b);
   }
   return out;
+}
+
+ModelCache ModelCache::rows(int64_t start, int64_t count) const {
+  if (start < 0 || count < 1 || start + count > batch)
+    throw std::invalid_argument("cache rows: [" + std::to_string(start) + ", " + std::to_string(start + count) +
+                                ") is not within its " + std::to_string(batch) + " rows");
+  auto view = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, start, count) : t; };
+  ModelCache out;
+  out.batch = count;
+  out.capacity = capacity;
+  for (const LayerCache& layer : layers) {
+    LayerCache l;
+    if (layer.linear) {
+      LinearLayerCache c;
+      c.state = view(layer.linear->state);
+      for (const auto& [name, t] : layer.linear->conv) c.conv[name] = view(t);
+      c.shift = view(layer.linear->shift);
+      l.linear = std::move(c);
+    }
+    if (layer.attention) l.attention = AttentionLayerCache{view(layer.attention->k), view(layer.attention->v), 0};
+    out.layers.push_back(std::move(l));
+  }
+  return out;
+}
+
+void ModelCache::setRowLengths(const torch::Tensor& lengths) {
+  if (lengths.dim() != 1 || lengths.size(0) != batch || lengths.scalar_type() != torch::kInt64)
+    throw std::invalid_argument("cache row lengths: expected [" + std::to_string(batch) + "] int64");
+  const torch::Tensor host = lengths.to(torch::kCPU);
+  const int64_t longest = host.max().item<int64_t>(), shortest = host.min().item<int64_t>();
+  if (shortest < 1 || longest > capacity)
+    throw std::invalid_argument("cache row lengths: each must lie in [1, " + std::to_string(capacity) + "]");
+  position = longest;
+  for (LayerCache& layer : layers)
+    if (layer.attention) layer.attention->length = longest;
+  rowLengths = lengths.clone();
 }
 
 CacheBytes ModelCache::bytes() const {

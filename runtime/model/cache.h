@@ -47,11 +47,22 @@ struct LayerCache {
   std::optional<AttentionLayerCache> attention;
 };
 
+/// Rows of different lengths (prompts of different lengths generated together): each row is
+/// prefilled through a view of its rows (ModelCache::rows), then setRowLengths records every
+/// row's length and the decode steps continue each row at its own position.
 struct ModelCache {
   int64_t batch = 0;
   int64_t capacity = 0;  // the most positions it holds (the attention layers' cache length)
-  int64_t position = 0;  // tokens consumed so far
+  int64_t position = 0;  // tokens consumed so far (with rowLengths: by the longest row)
+  torch::Tensor rowLengths;  // [B] int64 on the cache's device, each row's tokens; undefined: all at `position`
   std::vector<LayerCache> layers;
+
+  /// Rows [start, start + count) as a cache of their own at position 0: views of this cache's
+  /// tensors, so what a forward writes into it lands in these rows here. For a fresh cache.
+  ModelCache rows(int64_t start, int64_t count) const;
+  /// Every row's length after its rows were filled through rows() ([B] int64 on the cache's
+  /// device, each >= 1): the next decode step continues row b at position lengths[b].
+  void setRowLengths(const torch::Tensor& lengths);
 
   /// The bytes its tensors hold (their storages, so a view into a larger buffer would count the
   /// whole buffer), per layer.

@@ -46,8 +46,10 @@ public:
   /// x [B, T, hidden], the next T tokens of the sequences `cache` holds (the first at `position`)
   /// -> [B, T, hidden]; updates the cache in place. T > 1 runs the chunk kernels from the cached
   /// state (prefill), T = 1 the decode-step kernel (the scan for a vector state). Kernels
-  /// backend only, without gradients. Equals forward() over the whole sequence.
-  torch::Tensor forwardCached(const torch::Tensor& x, LinearLayerCache& cache, int64_t position);
+  /// backend only, without gradients. Equals forward() over the whole sequence. rowPositions [B]
+  /// (one token, rows of different lengths; else undefined): row b's token is at rowPositions[b].
+  torch::Tensor forwardCached(const torch::Tensor& x, LinearLayerCache& cache, int64_t position,
+                              const torch::Tensor& rowPositions = {});
 
 private:
   using Env = std::map<std::string, torch::Tensor>;
@@ -55,10 +57,11 @@ private:
   /// Parameters and the structural names (head, layer, num_layers...) the expressions read.
   void addParamsAndStructure(Env& env, const torch::Tensor& x) const;
   /// input() continuing the cached sequences: token shift from the cached last input, the short
-  /// conv over the cached last W - 1 projected values (both updated), RoPE from `position`;
+  /// conv over the cached last W - 1 projected values (both updated), RoPE from `position` (or
+  /// rowPositions);
   /// `step`: L2-normalised here even when the fused kernel would do it.
   torch::Tensor cachedInput(const runtime::InputDescription& in, const torch::Tensor& x, LinearLayerCache& cache,
-                            int64_t position, bool step) const;
+                            int64_t position, const torch::Tensor& rowPositions, bool step) const;
   /// The recurrence of T tokens through the chunk kernels from cache.state; o [B, T, H, dv].
   torch::Tensor prefillRecurrence(const Env& env, LinearLayerCache& cache, int64_t B, int64_t T) const;
   /// One token through the decode-step kernel; o [B, 1, H, dv].

@@ -29,7 +29,7 @@ LinearLayerCache LinearMixerImpl::makeCache(int64_t batch, const torch::TensorOp
 }
 
 torch::Tensor LinearMixerImpl::cachedInput(const runtime::InputDescription& in, const torch::Tensor& x, LinearLayerCache& cache,
-                                           int64_t position, bool step) const {
+                                           int64_t position, const torch::Tensor& rowPositions, bool step) const {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor h = x;  // [B, T, hidden]
   if (in.tokenShift) {
@@ -52,7 +52,8 @@ torch::Tensor LinearMixerImpl::cachedInput(const runtime::InputDescription& in, 
   h = activate(h, in.activation);
   h = h.reshape(fieldShape(in.extent, B, T, dims_, in.name));  // [B, T, H|1, dk|dv|1]
   if (in.l2norm && (step || !normalizedInKernel(in.name))) h = l2Normalize(h);
-  if (in.rope) h = rope(h, kInputRopeTheta, position);
+  if (in.rope)
+    h = rowPositions.defined() ? ropeAt(h, kInputRopeTheta, rowPositions.view({B, T})) : rope(h, kInputRopeTheta, position);
   return h;
 }
 
@@ -122,14 +123,15 @@ torch::Tensor LinearMixerImpl::stepRecurrence(const Env& env, LinearLayerCache& 
   return ops::recurrenceStep({q, k, v, g, beta, u, {}, {}}, cache.state, opt).unsqueeze(1);  // [B, 1, H, dv]
 }
 
-torch::Tensor LinearMixerImpl::forwardCached(const torch::Tensor& x, LinearLayerCache& cache, int64_t position) {
+torch::Tensor LinearMixerImpl::forwardCached(const torch::Tensor& x, LinearLayerCache& cache, int64_t position,
+                                             const torch::Tensor& rowPositions) {
   if (backend_ != MixerBackend::Kernels)
     throw std::invalid_argument("model: cached inference runs the generated kernels; build the model with "
                                 "MixerBackend::Kernels, not the oracle");
   const int64_t B = x.size(0), T = x.size(1);
   const bool step = T == 1;
   Env env;  // field layout (roles.h), x's dtype and device
-  for (const auto& in : layer_->inputs) env[in.name] = cachedInput(in, x, cache, position, step);
+  for (const auto& in : layer_->inputs) env[in.name] = cachedInput(in, x, cache, position, rowPositions, step);
   if (cache.shift.defined()) cache.shift.copy_(x.select(1, T - 1));
   addParamsAndStructure(env, x);
   torch::Tensor o = step ? stepRecurrence(env, cache, B) : prefillRecurrence(env, cache, B, T);  // [B, T, H, dv]

@@ -84,11 +84,13 @@ public:
     return c;
   }
 
-  /// forward() continuing the sequences `cache` holds, the first of x's tokens at `position`.
-  torch::Tensor forwardCached(const torch::Tensor& x, LayerCache& cache, int64_t position) {
+  /// forward() continuing the sequences `cache` holds, the first of x's tokens at `position`, or
+  /// (one token, rows of different lengths) row b's at rowPositions[b].
+  torch::Tensor forwardCached(const torch::Tensor& x, LayerCache& cache, int64_t position,
+                              const torch::Tensor& rowPositions) {
     torch::Tensor n = blockNorm(x, params_.at("attn_norm"));  // as forward() reads it
-    torch::Tensor mixed = attention_ ? attention_->forwardCached(n, *cache.attention)
-                                     : linear_->forwardCached(n, *cache.linear, position);  // [B, T, hidden]
+    torch::Tensor mixed = attention_ ? attention_->forwardCached(n, *cache.attention, rowPositions)
+                                     : linear_->forwardCached(n, *cache.linear, position, rowPositions);  // [B, T, hidden]
     auto [h, m] = addBlockNorm(x, mixed, params_.at("mlp_norm"));
     return h + swiglu(m, params_, "mlp");
   }
@@ -192,10 +194,14 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
     throw std::invalid_argument("forwardCached: " + std::to_string(T) + " tokens after " +
                                 std::to_string(cache.position) + " do not fit the cache's capacity of " +
                                 std::to_string(cache.capacity));
+  if (cache.rowLengths.defined() && T != 1)
+    throw std::invalid_argument("forwardCached: a cache whose rows have their own lengths takes one token at a "
+                                "time, got " + std::to_string(T));
   torch::Tensor x = embed_->forward(tokens);  // [B, T, hidden]
   for (size_t i = 0; i < blocks_->size(); ++i)
-    x = blocks_->ptr(i)->as<BlockImpl>()->forwardCached(x, cache.layers[i], cache.position);
+    x = blocks_->ptr(i)->as<BlockImpl>()->forwardCached(x, cache.layers[i], cache.position, cache.rowLengths);
   cache.position += T;
+  if (cache.rowLengths.defined()) cache.rowLengths.add_(1);
   x = rmsNorm(x, finalNormWeight_);                // [B, T, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;       // [vocab, hidden]
   return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]

@@ -60,8 +60,9 @@ public:
   ModelCache makeCache(int64_t batch, int64_t capacity) const;
   /// tokens [B, T] int64, the next T tokens of the sequences `cache` holds -> logits [B, T, vocab];
   /// updates the cache. T > 1 is a prefill (chunk kernels from the cached state), T = 1 a decode
-  /// step. The logits equal forward()'s at the same positions of the whole sequences. Inference
-  /// only: call it under torch::NoGradGuard.
+  /// step; a cache with row lengths (ModelCache::setRowLengths) takes decode steps only, each row
+  /// at its own position. The logits equal forward()'s at the same positions of the whole
+  /// sequences. Inference only: call it under torch::NoGradGuard.
   torch::Tensor forwardCached(const torch::Tensor& tokens, ModelCache& cache);
   int64_t parameterCount() const;
   /// Activation checkpointing per block (`linac train --checkpointing`; model/checkpoint.h): with

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <map>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -23,26 +23,24 @@ class CachedModel final : public LanguageModel {
 
   std::vector<TokenIds> generate(const std::vector<TokenIds>& prompts, int64_t maxNew,
                                  std::optional<int64_t> stop) override {
-    std::map<size_t, std::vector<size_t>> byLength;  // prompt length -> prompt indices, in order
-    for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t i = 0; i < prompts.size(); ++i)
       if (prompts[i].empty()) throw std::invalid_argument("generate: prompt " + std::to_string(i) + " is empty");
-      byLength[prompts[i].size()].push_back(i);
-    }
     std::vector<TokenIds> generated(prompts.size());
     if (maxNew < 1) return generated;
     generate::GenerateOptions options;
     options.maxNew = maxNew;
     options.stop = stop;  // greedy: the default sampling
-    for (const auto& [length, indices] : byLength) {
-      for (size_t start = 0; start < indices.size(); start += size_t(batch_)) {
-        const size_t count = std::min(indices.size() - start, size_t(batch_));
-        torch::Tensor prompt = torch::empty({int64_t(count), int64_t(length)}, torch::kInt64);  // [b, L]
-        auto acc = prompt.accessor<int64_t, 2>();
-        for (size_t j = 0; j < count; ++j)
-          for (size_t t = 0; t < length; ++t) acc[int64_t(j)][int64_t(t)] = prompts[indices[start + j]][t];
-        generate::GenerateResult result = generate::generate(lm_, prompt.to(device_), options);
-        for (size_t j = 0; j < count; ++j) generated[indices[start + j]] = std::move(result.tokens[j]);
-      }
+    // Batches of similar lengths (the cache is sized by a batch's longest prompt); each row
+    // decodes at its own position.
+    std::vector<size_t> order(prompts.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
+    for (size_t start = 0; start < order.size(); start += size_t(batch_)) {
+      const size_t count = std::min(order.size() - start, size_t(batch_));
+      std::vector<TokenIds> batch;
+      for (size_t j = 0; j < count; ++j) batch.push_back(prompts[order[start + j]]);
+      generate::GenerateResult result = generate::generate(lm_, batch, device_, options);
+      for (size_t j = 0; j < count; ++j) generated[order[start + j]] = std::move(result.tokens[j]);
     }
     return generated;
   }

@@ -12,8 +12,8 @@
 
 namespace linac::tasks {
 
-/// `lm` (in eval mode, on `device`) must outlive the returned model. Prompts of one length are
-/// generated together, options.batch at a time (the caches hold one length per batch).
+/// `lm` (in eval mode, on `device`) must outlive the returned model. Prompts are generated
+/// options.batch at a time, sorted by length (each row decodes at its own position).
 std::unique_ptr<LanguageModel> makeCachedModel(model::HybridLMImpl& lm, torch::Device device,
                                                FullForwardOptions options = {});
 
