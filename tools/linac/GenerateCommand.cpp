@@ -1,6 +1,7 @@
-// `linac generate RUN_DIR|CHECKPOINT --prompt TEXT`: continue a prompt with a trained model through
-// its state caches (generate/generator.h): the prompt once through the chunk kernels, then one
-// decode step per new token, for --batch copies of the prompt at once. Prints each continuation,
+// `linac generate RUN_DIR|CHECKPOINT --prompt TEXT [--prompt TEXT ...]`: continue prompts with a
+// trained model through its state caches (generate/generator.h): each prompt once through the
+// chunk kernels, then one decode step per new token, for --batch copies of every prompt at once
+// (prompts of different lengths in one batch, each at its own position). Prints each continuation,
 // prefill and decode throughput, and the cache's bytes as held beside `linac memory`'s arithmetic
 // (and, on CUDA, the caching allocator's bytes for the cache and its peak).
 #include "CacheReport.h"
@@ -17,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -28,7 +30,7 @@ constexpr int64_t kDefaultMaxNew = 64;
 
 struct GenerateFlags {
   std::string run;
-  std::string prompt;
+  std::vector<std::string> prompts;
   int64_t batch = 1;
   std::string device = "auto";
   generate::GenerateOptions options;
@@ -56,15 +58,21 @@ int runGenerate(GenerateFlags& f) {
   auto tokenizer = tok == "byte" ? data::makeByteTokenizer() : data::makeSentencePieceTokenizer(tok);
 
   // As evaluation does, the model sees the end-of-document id first, and a continuation ends
-  // when it produces that id.
-  std::vector<int64_t> ids = {tokenizer->documentSeparator()};
-  const std::string& text = f.prompt;
-  for (int64_t id : tokenizer->encode(text)) ids.push_back(id);
+  // when it produces that id. Rows: --batch copies of each prompt, in order.
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<size_t> rowPrompt;  // the prompt each row continues
+  int64_t longest = 0, promptTokens = 0;
+  for (size_t i = 0; i < f.prompts.size(); ++i) {
+    std::vector<int64_t> ids = {tokenizer->documentSeparator()};
+    for (int64_t id : tokenizer->encode(f.prompts[i])) ids.push_back(id);
+    longest = std::max(longest, int64_t(ids.size()));
+    for (int64_t b = 0; b < batch; ++b) rows.push_back(ids), rowPrompt.push_back(i), promptTokens += int64_t(ids.size());
+  }
   options.stop = tokenizer->documentSeparator();
-  const int64_t promptLength = int64_t(ids.size());
-  if (promptLength + options.maxNew > mc.preset.maxSeqLen)
-    std::cerr << "note: " << promptLength + options.maxNew << " tokens exceed the preset's max_seq_len "
+  if (longest + options.maxNew > mc.preset.maxSeqLen)
+    std::cerr << "note: " << longest + options.maxNew << " tokens exceed the preset's max_seq_len "
               << mc.preset.maxSeqLen << " (the model was not trained that long)\n";
+  const int64_t R = int64_t(rows.size());
 
   const torch::Device dev = device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   model::HybridLM lm(mc);
@@ -74,25 +82,24 @@ int runGenerate(GenerateFlags& f) {
   std::cout << "linac generate " << found.ckpt << " (" << mc.linear.name << " " << mc.schedule.text << " "
             << mc.preset.name << ", step " << step << ", " << device << ")\n";
 
-  const torch::Tensor prompt = torch::tensor(ids, torch::kInt64).view({1, promptLength}).repeat({batch, 1}).to(dev);
-  const generate::GenerateResult r = generate::generate(*lm, prompt, options);
+  const generate::GenerateResult r = generate::generate(*lm, rows, dev, options);
 
-  for (int64_t b = 0; b < batch; ++b) {
-    if (batch > 1) std::cout << "--- sequence " << b << " ---\n";
-    std::cout << text << tokenizer->decode(r.tokens[size_t(b)]) << "\n";
+  for (int64_t b = 0; b < R; ++b) {
+    if (R > 1) std::cout << "--- sequence " << b << " ---\n";
+    std::cout << f.prompts[rowPrompt[size_t(b)]] << tokenizer->decode(r.tokens[size_t(b)]) << "\n";
   }
   std::cout << "---\n" << std::fixed << std::setprecision(1);
-  std::cout << "prefill: " << batch << " x " << promptLength << " tokens in " << std::setprecision(4)
+  std::cout << "prefill: " << R << " sequences, " << promptTokens << " tokens in " << std::setprecision(4)
             << r.prefillSeconds << " s, " << std::setprecision(1) << r.prefillTokensPerSecond() << " tokens/s\n";
-  std::cout << "decode: " << batch << " x " << r.decodeTokens / batch << " steps in " << std::setprecision(4)
+  std::cout << "decode: " << R << " x " << r.decodeTokens / R << " steps in " << std::setprecision(4)
             << r.decodeSeconds << " s, " << std::setprecision(1) << r.decodeTokensPerSecond() << " tokens/s\n";
   const model::CacheMemory expected =
-      model::cacheMemory(mc, batch, r.capacity, lm->parameters().front().scalar_type());
+      model::cacheMemory(mc, R, r.capacity, lm->parameters().front().scalar_type());
   const bool equal = expected.total.total() == r.cacheBytes.total();
   std::cout << "cache: " << r.cacheBytes.total() << " bytes held (" << formatBytes(r.cacheBytes.total())
             << ": state " << formatBytes(r.cacheBytes.state) << ", conv " << formatBytes(r.cacheBytes.conv)
             << ", shift " << formatBytes(r.cacheBytes.shift) << ", kv " << formatBytes(r.cacheBytes.kv) << ") for "
-            << batch << " x " << r.capacity << " positions; linac memory's arithmetic: " << expected.total.total()
+            << R << " x " << r.capacity << " positions; linac memory's arithmetic: " << expected.total.total()
             << " bytes (" << (equal ? "equal" : "DIFFERENT") << ")\n";
   if (r.device)
     std::cout << "cuda allocator: cache allocation " << r.device->cache << " bytes, peak " << r.device->peak
@@ -110,18 +117,19 @@ Command addGenerateCommand(CLI::App& root) {
   auto f = std::make_shared<GenerateFlags>();
   generate::GenerateOptions& o = f->options;
   o.maxNew = kDefaultMaxNew;
-  CLI::App* app = root.add_subcommand("generate", "continue a prompt through the model's state caches (prefill, "
+  CLI::App* app = root.add_subcommand("generate", "continue prompts through the model's state caches (prefill, "
                                                   "then decode steps); throughput and cache bytes");
   app->add_option("CHECKPOINT", f->run, "a run directory (its newest intact checkpoint) or a ckpt-*.pt file")
       ->required();
-  app->add_option("--prompt", f->prompt, "the text to continue")->required();
+  app->add_option("--prompt", f->prompts, "a text to continue; repeat it for several prompts, generated together")
+      ->required();
   app->add_option("--max-new", o.maxNew, "new tokens at most per sequence")->capture_default_str();
   app->add_option("--temperature", o.sampling.temperature, "sampling temperature; 0 = greedy")
       ->capture_default_str();
   app->add_option("--top-p", o.sampling.topP, "nucleus sampling: the smallest set of tokens with this probability")
       ->capture_default_str();
   app->add_option("--seed", o.sampling.seed, "the sampling seed")->capture_default_str();
-  app->add_option("--batch", f->batch, "copies of the prompt continued at once")->capture_default_str();
+  app->add_option("--batch", f->batch, "copies of each prompt continued at once")->capture_default_str();
   addDeviceOption(*app, f->device);
   return {app, [f](const std::vector<std::string>&) { return runGenerate(*f); }};
 }
