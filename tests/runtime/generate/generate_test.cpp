@@ -1,7 +1,8 @@
 // Generation with state caches (runtime/model/cache.h, runtime/generate): for every linear spec in
 // specs/, pure and 3:1, a prefill of a prefix, a second prefill from the cached state and then
-// decode steps give the logits of one full forward over the same tokens (fp32); the greedy engine
-// does too; the caches hold exactly the bytes `linac memory` computes; sampling is seeded and
+// decode steps give the logits of one full forward over the same tokens (fp32), and so do rows of
+// different lengths in one cache; the greedy engine does too, alone and on prompts of different
+// lengths; the caches hold exactly the bytes `linac memory` computes; sampling is seeded and
 // keeps to the top-p nucleus. GenerateCuda repeats the parity on the GPU (ctest label gpu).
 #include "generate/generator.h"
 #include "generate/sampling.h"
@@ -137,17 +138,19 @@ TEST(Generate, GreedyMatchesFullForward) {
 
 /// Prompts of different lengths in one cache: each row prefilled through its view, then decode
 /// steps at each row's own position give the logits of a full forward over that row's tokens.
-void checkRaggedParity(const std::string& name, const std::string& schedule) {
+void checkRaggedParity(const std::string& name, const std::string& schedule, const torch::Device& device,
+                       double tolerance) {
   SCOPED_TRACE(name + " " + schedule);
   torch::manual_seed(6);
   const model::ModelConfig c = config(name, schedule);
   model::HybridLM lm(c);
+  lm->to(device);
   lm->eval();
   torch::NoGradGuard noGrad;
   const std::vector<int64_t> lengths = {5, 70, 70, 12};  // rows 1 and 2 share one prefill
   const int64_t steps = 4, B = int64_t(lengths.size());
   std::vector<torch::Tensor> rows;  // each row's whole sequence [1, L + steps]
-  for (int64_t L : lengths) rows.push_back(torch::randint(0, c.preset.vocab, {1, L + steps}, torch::kLong));
+  for (int64_t L : lengths) rows.push_back(torch::randint(0, c.preset.vocab, {1, L + steps}, torch::kLong).to(device));
   model::ModelCache cache = lm->makeCache(B, 70 + steps);
   std::vector<torch::Tensor> prefill(static_cast<size_t>(B));
   for (int64_t start : {0, 1, 3}) {
@@ -158,7 +161,7 @@ void checkRaggedParity(const std::string& name, const std::string& schedule) {
     torch::Tensor logits = lm->forwardCached(torch::cat(ids, 0), view);  // [count, L, V]
     for (int64_t r = start; r < start + count; ++r) prefill[size_t(r)] = logits.narrow(0, r - start, 1);
   }
-  cache.setRowLengths(torch::tensor(lengths, torch::kLong));
+  cache.setRowLengths(torch::tensor(lengths, torch::kLong).to(device));
   std::vector<torch::Tensor> stepLogits;  // [B, 1, V] per step
   for (int64_t i = 0; i < steps; ++i) {
     std::vector<torch::Tensor> next;
@@ -170,15 +173,15 @@ void checkRaggedParity(const std::string& name, const std::string& schedule) {
     SCOPED_TRACE("row " + std::to_string(r));
     const int64_t L = lengths[size_t(r)];
     torch::Tensor full = lm->forward(rows[size_t(r)]);  // [1, L + steps, V]
-    EXPECT_LT(relRms(prefill[size_t(r)], full.narrow(1, 0, L)), kCpuTolerance);
-    EXPECT_LT(relRms(decoded.narrow(0, r, 1), full.narrow(1, L, steps)), kCpuTolerance);
+    EXPECT_LT(relRms(prefill[size_t(r)], full.narrow(1, 0, L)), tolerance);
+    EXPECT_LT(relRms(decoded.narrow(0, r, 1), full.narrow(1, L, steps)), tolerance);
   }
   EXPECT_EQ(cache.position, 70 + steps);
 }
 
 TEST(CachedForward, RowsOfDifferentLengthsMatchFullForward) {
-  for (const auto& name : linearSpecs()) checkRaggedParity(name, "1:1");
-  checkRaggedParity("gla", "transformer");
+  for (const auto& name : linearSpecs()) checkRaggedParity(name, "1:1", torch::kCPU, kCpuTolerance);
+  checkRaggedParity("gla", "transformer", torch::kCPU, kCpuTolerance);
 }
 
 // The engine on prompts of different lengths: each row's greedy tokens are those it gets alone.
@@ -300,6 +303,11 @@ TEST(GenerateCuda, PrefixThenDecodeMatchesFullForward) {
   for (const auto& name : linearSpecs())
     for (const char* schedule : {"pure", "3:1"})
       checkCachedParity(name, schedule, torch::Device(torch::kCUDA, 0), kCudaTolerance);
+}
+
+TEST(GenerateCuda, RowsOfDifferentLengthsMatchFullForward) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "GenerateCuda needs a GPU";
+  for (const auto& name : linearSpecs()) checkRaggedParity(name, "1:1", torch::Device(torch::kCUDA, 0), kCudaTolerance);
 }
 
 }  // namespace
