@@ -11,8 +11,8 @@
 // cast back to the input's dtype. The one exception is recurrenceStep's `state`, which is updated
 // in place and must therefore be contiguous fp32 already. cu_seqlens is validated on a CPU copy
 // (int64, 1-D, B == 1, starts at 0, non-decreasing, ends at T); it may live on the CPU or on q's
-// device. CUDA tensors need a build with LINAC_ENABLE_CUDA (LINAC_HAVE_CUDA); the CUDA kernels
-// implement the forward passes only, so backward on CUDA throws std::runtime_error.
+// device. CUDA tensors need a build with LINAC_ENABLE_CUDA (LINAC_HAVE_CUDA), which runs the CUDA
+// kernels both ways (ops/kernel_dispatch.h).
 #pragma once
 
 #include "kernels/common/recurrence.h"
