@@ -1,12 +1,15 @@
 """Whole linear-attention layers as torch.nn.Modules, built as linac's runtime builds them, with
 its parameter names: LinearAttention(variant, hidden_size, layer_idx=0, num_layers=1) for a
-variant of linac.ops or one that linac.compile built in this process. help(linac._kernels.nn)
-describes the layer's steps and parameters.
+variant of linac.ops or one that linac.compile built in this process, and its inference cache
+(LinearAttention.make_cache -> LayerCache). help(linac._kernels.nn) describes the layer's steps
+and parameters.
 """
 import importlib
 
 from . import _compile
 from ._kernels import nn as _installed
+
+LayerCache = _installed.LayerCache
 
 
 class LinearAttention(_installed.LinearAttention):

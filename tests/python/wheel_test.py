@@ -136,6 +136,25 @@ class Layers(unittest.TestCase):
                         got = layer(x)
                     self.assertLess(rel_rms(got, y), TOL_F32, variant)
 
+    def test_cached_calls_equal_the_whole_sequence(self):
+        """A prompt, a second prompt and single tokens through make_cache's cache give the outputs
+        of one call over the whole sequence, for every variant (conv, token shift, RoPE included)."""
+        for variant in sorted(linac.ops.SPEC_SHA256):
+            with self.subTest(variant=variant):
+                torch.manual_seed(SEED)
+                layer = linac.nn.LinearAttention(variant, self.HIDDEN)
+                x = torch.randn(2, 40, self.HIDDEN)
+                with torch.no_grad():
+                    whole = layer(x)
+                    cache = layer.make_cache(2)
+                    self.assertIsInstance(cache, linac.nn.LayerCache)
+                    parts = [layer(x[:, :30], cache=cache), layer(x[:, 30:37], cache=cache)]
+                    parts += [layer(x[:, t:t + 1], cache=cache) for t in range(37, 40)]
+                self.assertEqual(cache.position, 40)
+                self.assertLess(rel_rms(torch.cat(parts, 1), whole), TOL_F32, variant)
+        with self.assertRaisesRegex(ValueError, "the cache holds 2 sequences, x has 3"):
+            layer(torch.randn(3, 1, self.HIDDEN), cache=cache)
+
     def test_a_layer_trains(self):
         torch.manual_seed(SEED)
         layer = linac.nn.LinearAttention("gated_deltanet", self.HIDDEN)

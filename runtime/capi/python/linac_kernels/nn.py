@@ -5,6 +5,10 @@ layer description LAYER and its prologue functions MAPS) and this package's chun
 
     layer = LinearAttention("gated_deltanet", hidden_size=1024)   # x [B, T, 1024] -> [B, T, 1024]
 
+    cache = layer.make_cache(batch=2)                              # inference: continue sequences
+    y = layer(prompt, cache=cache)                                 # prefill
+    y = layer(next_token, cache=cache)                             # one token, from the cached state
+
 The steps, as the runtime's: per input a token shift, a low-rank or full projection (+ bias), a
 short causal depthwise conv, an activation, an L2 norm over the head dim and RoPE (each where the
 spec asks); the roles (q, k, v, decay, beta, gate, residual) read an input, a parameter or an index
@@ -92,21 +96,35 @@ def _activate(x, name):
     raise ValueError(f"unknown activation '{name}'")
 
 
-def _rope(x, theta=ROPE_THETA):
-    """fla's RotaryEmbedding, non-interleaved (rotate halves), on x [B, T, H, D] from position 0."""
+def _rope(x, theta=ROPE_THETA, offset=0):
+    """fla's RotaryEmbedding, non-interleaved (rotate halves), on x [B, T, H, D] at positions
+    offset..offset + T - 1."""
     T, D = x.shape[1], x.shape[-1]
     inv_freq = theta ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64, device=x.device), inv_freq)
+    freqs = torch.outer(torch.arange(offset, offset + T, dtype=torch.float64, device=x.device), inv_freq)
     cos = freqs.cos().to(x.dtype).view(1, T, 1, D // 2)
     sin = freqs.sin().to(x.dtype).view(1, T, 1, D // 2)
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
+class LayerCache:
+    """What a LinearAttention layer keeps to continue sequences one call after another (inference,
+    as the runtime's LinearLayerCache): the recurrent state (float32 [B, H, dk, dv], or [B, H * dv]
+    for a vector state), each short conv's last W - 1 projected values [B, W - 1, width], the last
+    token-shift input [B, hidden_size] and the tokens seen (RoPE's offset). A fresh cache is zeros:
+    the start of a sequence. forward(x, cache=...) replaces its tensors with detached new ones."""
+
+    def __init__(self, state, conv, shift):
+        self.state, self.conv, self.shift, self.position = state, conv, shift, 0
+
+
 class LinearAttention(torch.nn.Module):
     """A linear-attention layer of `variant` (a name this package has, see variants()) at width
     hidden_size: forward(x [B, T, hidden_size]) -> [B, T, hidden_size]. layer_idx and num_layers
-    are the values of the spec's `layer` and `num_layers` indices (HGRN's per-layer bounds)."""
+    are the values of the spec's `layer` and `num_layers` indices (HGRN's per-layer bounds).
+    forward(x, cache=make_cache(B)) continues the cached sequences instead: a prompt, then one
+    token per call, equal to forward() over the whole sequences."""
 
     def __init__(self, variant, hidden_size, layer_idx=0, num_layers=1):
         super().__init__()
@@ -166,29 +184,55 @@ class LinearAttention(torch.nn.Module):
             raise ValueError(f"'{name}' has extent {extent}, which the linear layer does not support")
         return (batch, tokens, *shapes[extent])
 
-    def _input(self, spec_input, x):
+    def make_cache(self, batch, device=None, dtype=None):
+        """A fresh LayerCache for `batch` sequences on `device` (default: the parameters'), its conv
+        and token-shift inputs in `dtype` (default: the parameters'), the state in float32."""
+        like = self.o_proj
+        device, dtype = device or like.device, dtype or like.dtype
+        if self.vector_state:
+            state = torch.zeros(batch, self.num_heads * self.value_dim, device=device)
+        else:
+            state = torch.zeros(batch, self.num_heads, self.key_dim, self.value_dim, device=device)
+        conv, shifted = {}, False
+        for spec_input in self.spec.LAYER["inputs"]:
+            if spec_input.get("conv"):
+                width = self._width(spec_input["extent"], spec_input["name"])
+                conv[spec_input["name"]] = torch.zeros(batch, spec_input["conv"] - 1, width, device=device, dtype=dtype)
+            shifted = shifted or bool(spec_input.get("token_shift"))
+        shift = torch.zeros(batch, self.hidden_size, device=device, dtype=dtype) if shifted else None
+        return LayerCache(state, conv, shift)
+
+    def _input(self, spec_input, x, cache):
         name, (batch, tokens) = spec_input["name"], x.shape[:2]
         h = x
-        if spec_input.get("token_shift"):  # x + mix * (x_{t-1} - x), x_{-1} = 0
-            previous = F.pad(x, (0, 0, 1, 0))[:, :tokens]
+        if spec_input.get("token_shift"):  # x + mix * (x_{t-1} - x), x_{-1} = 0 (or the cached input)
+            if cache is None:
+                previous = F.pad(x, (0, 0, 1, 0))[:, :tokens]
+            else:
+                previous = torch.cat([cache.shift.to(x.dtype).unsqueeze(1), x[:, :tokens - 1]], 1)
             h = x + getattr(self, f"shift_{name}") * (previous - x)
         if spec_input.get("low_rank"):
             h = F.linear(h, getattr(self, f"down_{name}"))
         h = F.linear(h, getattr(self, f"proj_{name}"), getattr(self, f"bias_{name}", None))
         if spec_input.get("conv"):  # short causal depthwise conv
             weight = getattr(self, f"conv_{name}")
-            h = F.conv1d(h.transpose(1, 2), weight, padding=weight.shape[-1] - 1,
-                         groups=h.shape[-1])[..., :tokens].transpose(1, 2)
+            if cache is None:
+                h = F.conv1d(h.transpose(1, 2), weight, padding=weight.shape[-1] - 1,
+                             groups=h.shape[-1])[..., :tokens].transpose(1, 2)
+            else:  # the cached last W - 1 values in place of the zero padding
+                full = torch.cat([cache.conv[name].to(h.dtype), h], 1)  # [B, W - 1 + T, width]
+                cache.conv[name] = full[:, tokens:].detach().clone()
+                h = F.conv1d(full.transpose(1, 2), weight, groups=h.shape[-1]).transpose(1, 2)
         f = _activate(h, spec_input.get("activation", "none"))
         f = f.reshape(self._field_shape(spec_input["extent"], batch, tokens, name))
         if spec_input.get("l2norm"):
             f = f * torch.rsqrt(f.pow(2).sum(-1, keepdim=True) + NORM_EPS)
         if spec_input.get("rope"):
-            f = _rope(f)
+            f = _rope(f, offset=cache.position if cache is not None else 0)
         return f
 
-    def _environment(self, x):
-        env = {spec_input["name"]: self._input(spec_input, x) for spec_input in self.spec.LAYER["inputs"]}
+    def _environment(self, x, cache=None):
+        env = {spec_input["name"]: self._input(spec_input, x, cache) for spec_input in self.spec.LAYER["inputs"]}
         for param in self.spec.LAYER["params"]:
             shape = self._field_shape(param["extent"], 1, 1, param["name"])
             env[param["name"]] = getattr(self, f"param_{param['name']}").to(x.dtype).view(shape)
@@ -242,19 +286,23 @@ class LinearAttention(torch.nn.Module):
         y = (flat - mean) * torch.rsqrt((flat - mean).pow(2).mean(-1, keepdim=True) + NORM_EPS)
         return (y * weight + bias).view(o.shape)
 
-    def forward(self, x):
-        """x [B, T, hidden_size] -> [B, T, hidden_size]."""
+    def forward(self, x, cache=None):
+        """x [B, T, hidden_size] -> [B, T, hidden_size]; with `cache` (make_cache), the next T tokens
+        of the sequences it holds, updating it."""
         if x.dim() != 3 or x.shape[-1] != self.hidden_size:
             raise ValueError(f"x must be [B, T, {self.hidden_size}], got {list(x.shape)}")
         batch, tokens = x.shape[:2]
-        env = self._environment(x)
+        if cache is not None and cache.state.shape[0] != batch:
+            raise ValueError(f"the cache holds {cache.state.shape[0]} sequences, x has {batch}")
+        env = self._environment(x, cache)
         kind, layer = self.spec.KIND, self.spec.LAYER
+        state = dict(initial_state=cache.state, output_final_state=True) if cache is not None else {}
 
         def role(name):
             return self._layout(name, self._role(name, env, x), batch, tokens)
 
         if self.vector_state:
-            h, _ = self.op(role("v"), role("decay"))
+            h, final = self.op(role("v"), role("decay"), **state)
             o = h.view(batch, tokens, self.num_heads, self.value_dim)
         else:
             gates = []
@@ -266,7 +314,12 @@ class LinearAttention(torch.nn.Module):
             q, k, v = role("q"), role("k"), role("v")
             dtype = next((t.dtype for t in (v, q, k) if t.dtype in (torch.bfloat16, torch.float16)), v.dtype)
             scale = layer["scale"] if layer["scale"] is not None else self.key_dim ** -0.5
-            o, _ = self.op(q.to(dtype), k.to(dtype), v.to(dtype), *gates, scale=scale)
+            o, final = self.op(q.to(dtype), k.to(dtype), v.to(dtype), *gates, scale=scale, **state)
+        if cache is not None:
+            cache.state = final.detach()
+            if cache.shift is not None:
+                cache.shift = x[:, -1].detach().clone()
+            cache.position += tokens
         if layer["roles"]["residual"] is not None:
             o = o + self._role("residual", env, x)
         o = self._norm(o)
