@@ -8,6 +8,7 @@
 #include "EvalTasks.h"
 #include "KernelLookup.h"
 #include "RunCheckpoint.h"
+#include "YamlConfig.h"
 
 #include "data/data.h"
 #include "data/token_shards.h"
@@ -112,9 +113,11 @@ int runEval(EvalFlags& f) {
     torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = heldOut[size_t(i * seqLen + t)];
-    // --varlen: the separator that ends a document (the shards' own where they record one).
+    // Documents apart with --varlen, or where the run trained so (its config.yaml); the separator
+    // that ends a document is the shards' own where they record one.
+    const bool varlen = f.varlen || configValue(dir + "/config.yaml", "varlen") == "true";
     int64_t separator = tokenizer->documentSeparator();
-    if (f.varlen && !dataPath.empty() && data::isTokenShardPath(dataPath)) {
+    if (varlen && !dataPath.empty() && data::isTokenShardPath(dataPath)) {
       const auto recorded = data::TokenShards::open(dataPath)->documentSeparator();
       if (!recorded) throw UsageError("--varlen: " + dataPath + " records no document separator");
       separator = *recorded;
@@ -123,11 +126,12 @@ int runEval(EvalFlags& f) {
       const model::Documents documents = model::documentsEndingWith(tokens, separator);
       return lm->forward(tokens, &documents);
     };
-    auto r = f.varlen ? eval::perplexity(documentsForward, windows, kEvalBatch, dev)
-                      : eval::perplexity(forward, windows, kEvalBatch, dev);
+    auto r = varlen ? eval::perplexity(documentsForward, windows, kEvalBatch, dev)
+                    : eval::perplexity(forward, windows, kEvalBatch, dev);
     std::cout << "ppl: held-out loss " << r.loss << " nats, perplexity " << r.ppl << " over " << r.tokens
-              << " tokens (" << description << (f.varlen ? "; documents apart" : "") << ")\n";
-    lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}, {"varlen", f.varlen}});
+              << " tokens (" << description
+              << (varlen ? f.varlen ? "; documents apart" : "; documents apart, as the run trained" : "") << ")\n";
+    lines.push_back({{"task", "ppl"}, {"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}, {"varlen", varlen}});
   }
   if (plan.mqar) {
     for (const auto& r : eval::mqar(forward, f.mqarPairs, seqLen, mc.preset.vocab, settings.examples, settings.seed, dev)) {
@@ -176,7 +180,7 @@ Command addEvalCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--data", f->data, "the corpus whose held-out part ppl scores (default: the embedded corpus)");
   app->add_flag("--varlen", f->varlen,
-                "ppl: score the documents of each held-out window apart, as a run trained with --varlen saw them");
+                "ppl: score the documents of each held-out window apart (the default for a run trained with --varlen)");
   addDeviceOption(*app, f->device);
   addIntListOption(*app, "--mqar-pairs", f->mqarPairs, "comma-separated key-value pairs per MQAR sequence");
   addIntListOption(*app, "--context", s.contexts, "comma-separated RULER context lengths in tokens");

@@ -121,4 +121,19 @@ std::string resolvedConfigYaml(const CLI::App& app,
   return text.str();
 }
 
+std::optional<std::string> configValue(const std::string& path, const std::string& key) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return std::nullopt;
+  } catch (const YAML::Exception& e) {
+    throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) throw UsageError(path + ": a YAML map of flag names to values expected");
+  const YAML::Node value = root[key];
+  if (!value || value.IsNull() || !value.IsScalar()) return std::nullopt;
+  return value.Scalar();
+}
+
 }  // namespace linac::cli

@@ -30,4 +30,9 @@ std::string resolvedConfigYaml(const CLI::App& app,
                                const std::map<std::string, std::optional<std::string>>& effective,
                                const std::string& header);
 
+/// The value of `key` in the YAML map file `path` (e.g. a run directory's config.yaml) as text, or
+/// nullopt when the file, the key or a value is missing (`~`). Throws a UsageError naming the
+/// file when it exists but is not a YAML map.
+std::optional<std::string> configValue(const std::string& path, const std::string& key);
+
 }  // namespace linac::cli
