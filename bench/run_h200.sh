@@ -399,7 +399,7 @@ gputests_build() {
   # linac too: the interop entry runs it, and `checks` verifies with it (build-gpu/bin/linac is
   # linked to it when absent, so a later mode on the same warm machine reuses it)
   phase 420 ninja -C build-gpu-tests -j16 \
-    ${GPU_TEST_TARGETS:-linac linac_layers_tests linac_generate_tests linac_interop_tests linac_ops_tests} \
+    ${GPU_TEST_TARGETS:-linac linac_layers_tests linac_model_tests linac_generate_tests linac_interop_tests linac_ops_tests} \
     >> "$OUT/gputests.log" 2>&1 \
     || { grep -E "error|FAILED" "$OUT/gputests.log" | head -30; return 1; }
   echo "gputests: built ($((SECONDS - start)) s)"

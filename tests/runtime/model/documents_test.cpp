@@ -8,6 +8,7 @@
 #include "linac/Spec/SpecParser.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <array>
@@ -70,14 +71,16 @@ TEST(Documents, LayoutOfASmallBatch) {
   EXPECT_TRUE(torch::equal(d.cuSeqlens, torch::tensor({0, 2, 4, 5, 6, 9, 10}, torch::kLong))) << d.cuSeqlens;
 }
 
-TEST(Documents, EveryLinearSpecComputesEachDocumentAlone) {
+/// Each document's logits in the packed forward against the document alone, on `device`.
+void expectEachDocumentAlone(const torch::Device& device, double rtol, double atol) {
   for (const auto& name : linearSpecs()) {
     SCOPED_TRACE(name);
     torch::manual_seed(3);
     const ModelConfig c = config(name);
     HybridLM m(c);
+    m->to(device);
     torch::NoGradGuard noGrad;
-    const torch::Tensor tokens = packedTokens(c.preset.vocab);
+    const torch::Tensor tokens = packedTokens(c.preset.vocab).to(device);
     const Documents d = documentsEndingWith(tokens, kSeparator);
     const torch::Tensor packed = m->forward(tokens, &d);  // [2, 40, vocab]
     const auto docs = spans(d, tokens.size(1));
@@ -85,11 +88,20 @@ TEST(Documents, EveryLinearSpecComputesEachDocumentAlone) {
     for (const auto& [row, start, length] : docs) {
       SCOPED_TRACE("row " + std::to_string(row) + " start " + std::to_string(start));
       const torch::Tensor alone = m->forward(tokens[row].narrow(0, start, length).unsqueeze(0))[0];
-      EXPECT_TRUE(torch::allclose(packed[row].narrow(0, start, length), alone, 1e-4, 1e-5));
+      EXPECT_TRUE(torch::allclose(packed[row].narrow(0, start, length), alone, rtol, atol));
     }
     // Without the documents the later ones see the earlier: the logits differ.
-    EXPECT_FALSE(torch::allclose(m->forward(tokens), packed, 1e-4, 1e-5));
+    EXPECT_FALSE(torch::allclose(m->forward(tokens), packed, rtol, atol));
   }
+}
+
+TEST(Documents, EveryLinearSpecComputesEachDocumentAlone) { expectEachDocumentAlone(torch::kCPU, 1e-4, 1e-5); }
+
+// The same on the GPU (label gpu): the recurrence with cu_seqlens through the CUDA kernels, the
+// attention mask through SDPA's CUDA kernels; fp32 (the kernels sum in other orders than the CPU).
+TEST(DocumentsCuda, EveryLinearSpecComputesEachDocumentAlone) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "DocumentsCuda needs a GPU";
+  expectEachDocumentAlone(torch::Device(torch::kCUDA, 0), 1e-3, 1e-4);
 }
 
 /// The packed loss over all tokens, and each parameter's gradient, against the documents' own
