@@ -184,6 +184,7 @@ torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& w
 
 torch::Tensor causalConvActivatedWithin(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a,
                                         const torch::Tensor& positions) {
+  if (ops::shortConvSupported(x, weight)) return ops::shortConv(x, weight, a, positions);
   const int64_t T = x.size(1), W = weight.size(-1);
   torch::Tensor x32 = x.to(torch::kFloat32), w32 = weight.to(x.device(), torch::kFloat32);  // [B, T, C], [C, 1, W]
   // out_t = sum_j w[:, W - 1 - j] x_{t-j}, the terms with j > positions_t dropped.

@@ -121,8 +121,8 @@ torch::Tensor activate(const torch::Tensor& x, runtime::Activation a);
 torch::Tensor causalConvActivated(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a);
 
 /// causalConvActivated within packed documents: out_t reads x_{t-j} only for j <= positions_t,
-/// the token's offset in its document ([B, T] int64, model/documents.h). Composed torch ops,
-/// summed in fp32, x's dtype out.
+/// the token's offset in its document ([B, T] int64, model/documents.h). On CUDA the fused kernel
+/// (ops::shortConv with positions); elsewhere composed torch ops, summed in fp32, x's dtype out.
 torch::Tensor causalConvActivatedWithin(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation a,
                                         const torch::Tensor& positions);
 

@@ -41,20 +41,22 @@ cuda::ShortConvShape kernelShape(const torch::Tensor& x, const torch::Tensor& we
   return {x.size(0), x.size(1), x.size(2), static_cast<int>(weight.size(-1))};
 }
 
-/// y = act(conv(x, weight)); saves x and the fp32 weight [C, W], and recomputes the
-/// pre-activation from them in backward.
+/// y = act(conv(x, weight)); saves x, the fp32 weight [C, W] and the positions (packed
+/// documents, or undefined), and recomputes the pre-activation from them in backward.
 struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               int64_t activation) {
+                               int64_t activation, const torch::Tensor& positions) {
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor xc = x.contiguous();                                                  // [B, T, C]
     const torch::Tensor w32 = weight.reshape({weight.size(0), weight.size(-1)}).to(torch::kFloat32).contiguous();  // [C, W]
     torch::Tensor y = torch::empty_like(xc);                                                  // [B, T, C]
     cuda::ShortConvForwardArgs args;
     args.x = xc.data_ptr(), args.weight = w32.data_ptr<float>(), args.y = y.data_ptr();
+    const torch::Tensor pc = positions.defined() ? positions.contiguous() : positions;  // [B, T] int64
+    if (pc.defined()) args.positions = pc.data_ptr<int64_t>();
     cuda::shortConvForward(checks::kernelDtype(xc.scalar_type()), static_cast<cuda::ShortConvActivation>(activation),
                            kernelShape(xc, w32), args, currentStream(xc.device()));
-    ctx->save_for_backward({xc, w32});
+    ctx->save_for_backward({xc, w32, pc});
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     return y;
@@ -64,6 +66,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];   // [B, T, C]
     const torch::Tensor& w32 = saved[1]; // [C, W]
+    const torch::Tensor& positions = saved[2];  // [B, T] int64, or undefined
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor dy = gradOutputs[0].to(x.scalar_type()).contiguous();  // [B, T, C]
     const bool wantX = ctx->needs_input_grad(0), wantWeight = ctx->needs_input_grad(1);
@@ -71,6 +74,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     torch::Tensor dx, dw32, workspace;
     cuda::ShortConvBackwardArgs args;
     args.x = x.data_ptr(), args.weight = w32.data_ptr<float>(), args.dy = dy.data_ptr();
+    if (positions.defined()) args.positions = positions.data_ptr<int64_t>();
     if (wantX) {
       dx = torch::empty_like(x);  // [B, T, C]
       args.dx = dx.data_ptr();
@@ -87,7 +91,7 @@ struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     if (wantWeight)
       dweight = dw32.view({shape.channels, 1, shape.width})
                     .to(static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
-    return {dx, dweight, torch::Tensor()};
+    return {dx, dweight, torch::Tensor(), torch::Tensor()};
   }
 };
 #endif
@@ -105,7 +109,8 @@ bool shortConvSupported([[maybe_unused]] const torch::Tensor& x, [[maybe_unused]
 #endif
 }
 
-torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation) {
+torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation,
+                        const torch::Tensor& positions) {
   checks::expectDefined(kOp, "x", x);
   checks::expectDefined(kOp, "weight", weight);
   checks::expectDim(kOp, "x", x, 3);
@@ -119,8 +124,14 @@ torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, run
                  checks::describe(weight));
   if (!shortConvSupported(x, weight))
     checks::fail(kOp, "x", "a CUDA tensor in a build with CUDA (the CPU composes torch::conv1d)", checks::describe(x));
+  if (positions.defined() &&
+      (positions.scalar_type() != torch::kInt64 || positions.dim() != 2 || positions.size(0) != x.size(0) ||
+       positions.size(1) != x.size(1) || positions.device() != x.device()))
+    checks::fail(kOp, "positions",
+                 "int64 [" + std::to_string(x.size(0)) + ", " + std::to_string(x.size(1)) + "] on x's device",
+                 checks::describe(positions));
 #ifdef LINAC_HAVE_CUDA
-  return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)));
+  return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)), positions);
 #else
   (void)activation;
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");

@@ -22,7 +22,12 @@ bool shortConvSupported(const torch::Tensor& x, const torch::Tensor& weight);
 /// x [B, T, C] fp32 / bf16 / fp16 on a CUDA device; weight [C, 1, W] (any floating dtype, used in
 /// fp32), 1 <= W <= kShortConvMaxWidth. Sums in fp32; the result has x's dtype. Differentiable
 /// with respect to x and weight (gradients in their dtypes; the weight's summed in fp32 in a fixed
-/// order). Throws std::invalid_argument for what shortConvSupported refuses.
-torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation);
+/// order). positions (packed documents, model/documents.h): int64 [B, T] on x's device, each
+/// token's offset in its document; the term of lag W-1-j enters z_t only when W-1-j <=
+/// positions[b, t], so no token reads the document before its own (undefined: every row is one
+/// sequence). Throws std::invalid_argument for what shortConvSupported refuses and a misshapen
+/// positions.
+torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, runtime::Activation activation,
+                        const torch::Tensor& positions = {});
 
 }  // namespace linac::ops

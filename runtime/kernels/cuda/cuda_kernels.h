@@ -50,9 +50,10 @@ struct ShortConvShape {
 };
 
 struct ShortConvForwardArgs {
-  const void* x = nullptr;       // [B, T, C] dtype, contiguous
-  const float* weight = nullptr; // [C, W] fp32 (torch's depthwise [C, 1, W])
-  void* y = nullptr;             // [B, T, C] dtype
+  const void* x = nullptr;          // [B, T, C] dtype, contiguous
+  const float* weight = nullptr;    // [C, W] fp32 (torch's depthwise [C, 1, W])
+  void* y = nullptr;                // [B, T, C] dtype
+  const int64_t* positions = nullptr;  // [B, T] each token's offset in its packed document, or null
 };
 
 struct ShortConvBackwardArgs {
@@ -62,10 +63,12 @@ struct ShortConvBackwardArgs {
   void* dx = nullptr;            // [B, T, C] dtype, or null when not wanted
   float* dweight = nullptr;      // [C, W] fp32 (overwritten), or null when not wanted
   float* workspace = nullptr;    // shortConvWorkspaceFloats(shape) floats when dweight is wanted
+  const int64_t* positions = nullptr;  // [B, T] as given to the forward, or null
 };
 
 /// y = act(causal depthwise conv(x, weight)) (short_conv.cu): y_t = act(sum_j w_j x_{t-W+1+j}),
-/// x_{<0} = 0, accumulated in fp32.
+/// x_{<0} = 0, accumulated in fp32. With positions (packed documents), the term of lag W-1-j
+/// is taken only when W-1-j <= positions_t: no token reads an input of the document before its own.
 void shortConvForward(DType dtype, ShortConvActivation activation, const ShortConvShape& shape,
                       const ShortConvForwardArgs& args, cudaStream_t stream);
 

@@ -5,6 +5,10 @@
 // Forward, per channel c (x_s = 0 for s < 0; every sum in fp32):
 //   z_t = sum_{j=0}^{W-1} w_j x_{t-W+1+j},   y_t = act(z_t).
 // This is torch::conv1d(x^T, w, padding W-1, groups C)'s first T outputs: w_{W-1} takes x_t.
+// Packed documents (positions p_t, each token's offset in its document): the term of lag
+// W-1-j enters z_t only when W-1-j <= p_t, so no output reads the document before its own; the
+// backward drops the same terms (dx_s takes dz_{t'} of lag t' - s only when t' - s <= p_{t'},
+// dw_j takes dz_t x_{t-W+1+j} only when W-1-j <= p_t).
 // Backward, from dy, with the pre-activation z recomputed from x (nothing saved but x and w):
 //   dz_t = dy_t act'(z_t),
 //   dx_s = sum_{j} w_j dz_{s+W-1-j}             (dz_t = 0 for t >= T),
@@ -105,13 +109,22 @@ __device__ __forceinline__ void loadHistory(const T* __restrict__ x, int64_t t0,
   }
 }
 
+/// Lags up to this reach every input of a row (no packed documents).
+constexpr int64_t kWholeRow = INT64_MAX;
+
+/// The offset of token t in its document: positions[(b, t)], or kWholeRow without positions.
+__device__ __forceinline__ int64_t positionAt(const int64_t* __restrict__ positions, int64_t row, int64_t t) {
+  return positions ? positions[row + t] : kWholeRow;
+}
+
 /// Grid: (ceil(C / (kThreadsPerBlock * V)), ceil(T / kTimeTile), B); one thread per V channels
 /// and tile. C % V == 0 and the tensors aligned to V elements (the launcher checks).
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    shortConvForwardKernel(const T* __restrict__ x,        // [B, T, C]
-                           const float* __restrict__ w,    // [C, W]
-                           T* __restrict__ y,              // [B, T, C]
+    shortConvForwardKernel(const T* __restrict__ x,               // [B, T, C]
+                           const float* __restrict__ w,           // [C, W]
+                           T* __restrict__ y,                     // [B, T, C]
+                           const int64_t* __restrict__ positions,  // [B, T] or null
                            int64_t seqLen, int64_t channels, ShortConvActivation act) {
   using P = Pack<T, V>;
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;  // first of the thread's channels
@@ -119,19 +132,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t t0 = int64_t(blockIdx.y) * kTimeTile;
   const int64_t t1 = min(t0 + kTimeTile, seqLen);
   const int64_t base = int64_t(blockIdx.z) * seqLen * channels + c;  // (b, 0, c)
+  const int64_t row = int64_t(blockIdx.z) * seqLen;                  // (b, 0) in positions
   float wc[V][W];
   loadTaps<V, W>(w, c, wc);
   float xw[V][W];  // xw[v][j] = x_{t-W+1+j} of channel c + v
   loadHistory<T, W, V>(x + base, t0, channels, xw);
   for (int64_t t = t0; t < t1; ++t) {
     const P in = *reinterpret_cast<const P*>(x + base + t * channels);
+    const int64_t pos = positionAt(positions, row, t);
     P out;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       xw[v][W - 1] = tile::toF32(in.v[v]);
       float z = 0.0f;
 #pragma unroll
-      for (int j = 0; j < W; ++j) z += wc[v][j] * xw[v][j];
+      for (int j = 0; j < W; ++j)
+        if (W - 1 - j <= pos) z += wc[v][j] * xw[v][j];
       out.v[v] = tile::fromF32<T>(activate(act, z));
 #pragma unroll
       for (int j = 0; j < W - 1; ++j) xw[v][j] = xw[v][j + 1];
@@ -144,11 +160,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 /// [B * tiles, C, W]: the tile's share of dw.
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    shortConvBackwardKernel(const T* __restrict__ x,        // [B, T, C]
-                            const float* __restrict__ w,    // [C, W]
-                            const T* __restrict__ dy,       // [B, T, C]
-                            T* __restrict__ dx,             // [B, T, C] or null
-                            float* __restrict__ dwPartial,  // [B * tiles, C, W] or null
+    shortConvBackwardKernel(const T* __restrict__ x,               // [B, T, C]
+                            const float* __restrict__ w,           // [C, W]
+                            const T* __restrict__ dy,              // [B, T, C]
+                            T* __restrict__ dx,                    // [B, T, C] or null
+                            float* __restrict__ dwPartial,         // [B * tiles, C, W] or null
+                            const int64_t* __restrict__ positions,  // [B, T] or null
                             int64_t seqLen, int64_t channels, ShortConvActivation act) {
   using P = Pack<T, V>;
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;  // first of the thread's channels
@@ -161,6 +178,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float xw[V][W];   // xw[v][j] = x_{t-W+1+j} of channel c + v
   float dzw[V][W];  // dzw[v][k] = dz_{t-W+1+k}; entries before t0 are never read into dx
   float dwAcc[V][W];
+  int64_t posw[W];  // posw[k] = positions_{t-W+1+k}, as dzw
+  const int64_t row = int64_t(blockIdx.z) * seqLen;  // (b, 0) in positions
+#pragma unroll
+  for (int j = 0; j < W; ++j) posw[j] = kWholeRow;
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
@@ -175,6 +196,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       dyin = *reinterpret_cast<const P*>(dy + base + t * channels);
     }
     const int64_t s = t - (W - 1);  // the token whose dx is now complete
+    posw[W - 1] = inside ? positionAt(positions, row, t) : kWholeRow;  // dz_t = 0 there anyway
+    const int64_t pos = posw[W - 1];
     P dxout;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -183,21 +206,28 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         xw[v][W - 1] = tile::toF32(xin.v[v]);
         float z = 0.0f;
 #pragma unroll
-        for (int j = 0; j < W; ++j) z += wc[v][j] * xw[v][j];
+        for (int j = 0; j < W; ++j)
+          if (W - 1 - j <= pos) z += wc[v][j] * xw[v][j];
         dz = tile::toF32(dyin.v[v]) * activateGrad(act, z);
         if (t < t1) {
 #pragma unroll
-          for (int j = 0; j < W; ++j) dwAcc[v][j] += dz * xw[v][j];
+          for (int j = 0; j < W; ++j)
+            if (W - 1 - j <= pos) dwAcc[v][j] += dz * xw[v][j];
         }
       }
       dzw[v][W - 1] = dz;
+      // dx_s = sum_j w_j dz_{t-j}: output t - j reads x_s at lag W-1-j, within its document
+      // when W-1-j <= positions_{t-j} = posw[W-1-j].
       float d = 0.0f;
 #pragma unroll
-      for (int j = 0; j < W; ++j) d += wc[v][j] * dzw[v][W - 1 - j];
+      for (int j = 0; j < W; ++j)
+        if (W - 1 - j <= posw[W - 1 - j]) d += wc[v][j] * dzw[v][W - 1 - j];
       dxout.v[v] = tile::fromF32<T>(d);
 #pragma unroll
       for (int j = 0; j < W - 1; ++j) xw[v][j] = xw[v][j + 1], dzw[v][j] = dzw[v][j + 1];
     }
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) posw[j] = posw[j + 1];
     if (dx && s >= t0) *reinterpret_cast<P*>(dx + base + s * channels) = dxout;
   }
   if (dwPartial) {
@@ -273,8 +303,8 @@ void shortConvForward(DType dtype, ShortConvActivation activation, const ShortCo
       constexpr int W = decltype(width)::value;
       auto launch = [&](auto kernel, int vector) {
         kernel<<<tileGrid(shape, vector), kThreadsPerBlock, 0, stream>>>(
-            static_cast<const T*>(args.x), args.weight, static_cast<T*>(args.y), shape.seqLen, shape.channels,
-            activation);
+            static_cast<const T*>(args.x), args.weight, static_cast<T*>(args.y), args.positions, shape.seqLen,
+            shape.channels, activation);
         LINAC_CUDA_CHECK_LAUNCH("shortConvForwardKernel");
       };
       if (vectorized) launch(shortConvForwardKernel<T, W, kVec>, kVec);
@@ -303,7 +333,7 @@ void shortConvBackward(DType dtype, ShortConvActivation activation, const ShortC
       auto launch = [&](auto kernel, int vector) {
         kernel<<<tileGrid(shape, vector), kThreadsPerBlock, 0, stream>>>(
             static_cast<const T*>(args.x), args.weight, static_cast<const T*>(args.dy), static_cast<T*>(args.dx),
-            args.dweight ? args.workspace : nullptr, shape.seqLen, shape.channels, activation);
+            args.dweight ? args.workspace : nullptr, args.positions, shape.seqLen, shape.channels, activation);
         LINAC_CUDA_CHECK_LAUNCH("shortConvBackwardKernel");
       };
       if (vectorized) launch(shortConvBackwardKernel<T, W, kVec>, kVec);

@@ -12,6 +12,8 @@
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -169,6 +171,68 @@ TEST(Layers, CausalConvActivatedOnTheCpuMatchesTheDefinition) {
   EXPECT_LE(std::max({e.y, e.dx, e.dw}), 1e-6);
 }
 
+/// Packed documents: row b of x holds documents starting at the positions where `positions` is 0.
+/// Values and gradients of causalConvActivatedWithin against the definition applied to each
+/// document alone (float64), as for shortConvErrors.
+ConvErrors withinDocumentsErrors(torch::Device device, torch::Dtype dtype, const torch::Tensor& positions, int64_t C,
+                                 int64_t W, runtime::Activation a) {
+  const int64_t B = positions.size(0), T = positions.size(1);
+  auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  torch::Tensor x0 = torch::randn({B, T, C}, opts);
+  torch::Tensor w0 = torch::randn({C, 1, W}, opts.dtype(torch::kFloat32)) / std::sqrt(double(W));
+  torch::Tensor probe = torch::randn({B, T, C}, opts);
+  const torch::Tensor hostPositions = positions.to(torch::kCPU);
+  auto run = [&](bool reference) {
+    torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    torch::Tensor y;
+    if (!reference) {
+      y = causalConvActivatedWithin(x, w, a, positions.to(device));
+    } else {  // each document through the definition alone
+      std::vector<torch::Tensor> rows;
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<torch::Tensor> pieces;
+        for (int64_t start = 0; start < T;) {
+          int64_t end = start + 1;
+          while (end < T && hostPositions[b][end].item<int64_t>() != 0) ++end;
+          pieces.push_back(referenceShortConv(x.narrow(0, b, 1).narrow(1, start, end - start), w, a));
+          start = end;
+        }
+        rows.push_back(torch::cat(pieces, 1));
+      }
+      y = torch::cat(rows, 0);
+    }
+    (y * probe.to(y.scalar_type())).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const auto ours = run(false), reference = run(true);
+  EXPECT_EQ(ours[0].scalar_type(), dtype);
+  auto err = [&](size_t i) { return dtype == torch::kFloat32 ? maxError(ours[i], reference[i]) : relRms(ours[i], reference[i]); };
+  return {err(0), err(1), err(2)};
+}
+
+/// Positions [2, T] of documents starting at 0 and at `starts` (row 0) / `starts` + 1 (row 1):
+/// documents of one token, of fewer tokens than taps, and long ones.
+torch::Tensor documentPositions(int64_t T, const std::vector<int64_t>& starts) {
+  torch::Tensor p = torch::empty({2, T}, torch::kInt64);
+  for (int64_t b = 0; b < 2; ++b) {
+    int64_t last = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (std::find(starts.begin(), starts.end(), t - b) != starts.end()) last = t;
+      p[b][t] = t - last;
+    }
+  }
+  return p;
+}
+
+TEST(Layers, CausalConvWithinDocumentsIsEachDocumentAlone) {
+  torch::manual_seed(12);
+  const torch::Tensor positions = documentPositions(40, {1, 2, 5, 20, 39});
+  for (runtime::Activation a : {runtime::Activation::Silu, runtime::Activation::None}) {
+    const ConvErrors e = withinDocumentsErrors(torch::kCPU, torch::kFloat32, positions, 6, 4, a);
+    EXPECT_LE(std::max({e.y, e.dx, e.dw}), 1e-6) << static_cast<int>(a);
+  }
+}
+
 TEST(Layers, ShortConvOpRefusesCpuTensors) {
   torch::Tensor x = torch::randn({1, 4, 3});
   EXPECT_THROW(ops::shortConv(x, torch::randn({3, 1, 4}), runtime::Activation::Silu), std::invalid_argument);
@@ -297,6 +361,23 @@ TEST_F(LayersCuda, ShortConvMatchesTheDefinition) {
         EXPECT_LE(e.dx, g.tolerance) << "d x, " << what;
         EXPECT_LE(e.dw, g.tolerance) << "d weight, " << what;
       }
+    }
+  }
+}
+
+// The fused kernel with packed documents (positions) against each document through the
+// definition alone: documents of one token and of fewer tokens than taps, boundaries inside and
+// at the edges of the 64-token time tiles, widths 2 to 8.
+TEST_F(LayersCuda, ShortConvWithinDocumentsIsEachDocumentAlone) {
+  torch::manual_seed(14);
+  const torch::Tensor positions = documentPositions(200, {1, 2, 5, 63, 64, 66, 127, 130, 199});
+  for (int64_t W : {2, 4, 8}) {
+    for (const auto& [dtype, tolerance] : {std::pair{torch::kFloat32, 1e-5}, std::pair{torch::kBFloat16, 8e-3}}) {
+      const ConvErrors e = withinDocumentsErrors(torch::kCUDA, dtype, positions, 130, W, runtime::Activation::Silu);
+      const std::string what = "W " + std::to_string(W) + " dtype " + std::string(c10::toString(dtype));
+      EXPECT_LE(e.y, tolerance) << "values, " << what;
+      EXPECT_LE(e.dx, tolerance) << "d x, " << what;
+      EXPECT_LE(e.dw, tolerance) << "d weight, " << what;
     }
   }
 }
