@@ -157,8 +157,11 @@ GenerateResult generate(model::HybridLMImpl& lm, const std::vector<std::vector<i
         ids[r - start].copy_(torch::tensor(prompts[order[size_t(r)]], torch::kInt64));
         lengths[r] = int64_t(length);
       }
-      model::ModelCache rows = cache.rows(start, end - start);
-      torch::Tensor logits = lm.forwardCached(ids.to(device), rows);  // [rows, length, vocab]
+      // One length for every row: the cache itself (its decode steps then need no row lengths).
+      const bool whole = start == 0 && end == B;
+      model::ModelCache rows = whole ? model::ModelCache() : cache.rows(start, end - start);
+      torch::Tensor logits = lm.forwardCached(ids.to(device), whole ? cache : rows);  // [rows, length, vocab]
+      if (whole) return logits.narrow(1, int64_t(length) - 1, 1);                     // [B, 1, vocab]
       for (int64_t r = start; r < end; ++r) last[size_t(r)] = logits[r - start].select(0, int64_t(length) - 1).unsqueeze(0);
       start = end;
     }

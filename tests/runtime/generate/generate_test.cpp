@@ -205,6 +205,10 @@ TEST(Generate, PromptsOfDifferentLengthsGenerateAsAlone) {
     const GenerateResult alone = generate(*lm, torch::tensor(prompts[i], torch::kLong).view({1, -1}), options);
     EXPECT_EQ(together.tokens[i], alone.tokens[0]) << "prompt " << i;
   }
+  // Prompts of one length (prompts 0 and 2) prefill the cache itself.
+  const GenerateResult same = generate(*lm, std::vector<std::vector<int64_t>>{prompts[0], prompts[2]}, torch::kCPU, options);
+  EXPECT_EQ(same.tokens[0], together.tokens[0]);
+  EXPECT_EQ(same.tokens[1], together.tokens[2]);
 }
 
 TEST(Generate, StopsAtTheStopId) {
