@@ -102,7 +102,7 @@ GenerateResult run(model::HybridLMImpl& lm, int64_t B, int64_t capacity, torch::
 
   start = Clock::now();
   for (int64_t produced = 1; produced < options.maxNew && running > 0; ++produced) {
-    next = take(lm.forwardCached(next, cache));
+    next = take(lm.forwardCached(next, cache, !options.keepLogits));
     result.decodeTokens += B;
   }
   synchronize(device);
@@ -124,7 +124,7 @@ GenerateResult generate(model::HybridLMImpl& lm, const torch::Tensor& prompt, co
   if (options.maxNew < 1) throw std::invalid_argument("generate: max new tokens must be >= 1");
   const int64_t B = prompt.size(0), T = prompt.size(1);
   GenerateResult result = run(lm, B, T + options.maxNew, prompt.device(), options,
-                              [&](model::ModelCache& cache) { return lm.forwardCached(prompt, cache); });
+                              [&](model::ModelCache& cache) { return lm.forwardCached(prompt, cache, !options.keepLogits); });
   result.prefillTokens = B * T;
   return result;
 }
@@ -160,9 +160,9 @@ GenerateResult generate(model::HybridLMImpl& lm, const std::vector<std::vector<i
       // One length for every row: the cache itself (its decode steps then need no row lengths).
       const bool whole = start == 0 && end == B;
       model::ModelCache rows = whole ? model::ModelCache() : cache.rows(start, end - start);
-      torch::Tensor logits = lm.forwardCached(ids.to(device), whole ? cache : rows);  // [rows, length, vocab]
-      if (whole) return logits.narrow(1, int64_t(length) - 1, 1);                     // [B, 1, vocab]
-      for (int64_t r = start; r < end; ++r) last[size_t(r)] = logits[r - start].select(0, int64_t(length) - 1).unsqueeze(0);
+      torch::Tensor logits = lm.forwardCached(ids.to(device), whole ? cache : rows, /*lastOnly=*/true);  // [rows, 1, vocab]
+      if (whole) return logits;
+      for (int64_t r = start; r < end; ++r) last[size_t(r)] = logits[r - start];  // [1, vocab]
       start = end;
     }
     cache.setRowLengths(lengths.to(device));

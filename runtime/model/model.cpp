@@ -185,7 +185,7 @@ ModelCache HybridLMImpl::makeCache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCache& cache) {
+torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCache& cache, bool lastOnly) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (B != cache.batch || cache.layers.size() != blocks_->size())
     throw std::invalid_argument("forwardCached: " + std::to_string(B) + " sequences given to a cache made for " +
@@ -202,9 +202,10 @@ torch::Tensor HybridLMImpl::forwardCached(const torch::Tensor& tokens, ModelCach
     x = blocks_->ptr(i)->as<BlockImpl>()->forwardCached(x, cache.layers[i], cache.position, cache.rowLengths);
   cache.position += T;
   if (cache.rowLengths.defined()) cache.rowLengths.add_(1);
-  x = rmsNorm(x, finalNormWeight_);                // [B, T, hidden]
+  if (lastOnly) x = x.narrow(1, T - 1, 1);         // [B, 1, hidden]
+  x = rmsNorm(x, finalNormWeight_);                // [B, T or 1, hidden]
   const torch::Tensor& w = head_ ? head_->weight : embed_->weight;       // [vocab, hidden]
-  return torch::linear(x, w.to(x.scalar_type()));                       // [B, T, vocab]
+  return torch::linear(x, w.to(x.scalar_type()));                       // [B, T or 1, vocab]
 }
 
 torch::Tensor HybridLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets, const Documents* documents) {

@@ -62,8 +62,9 @@ public:
   /// updates the cache. T > 1 is a prefill (chunk kernels from the cached state), T = 1 a decode
   /// step; a cache with row lengths (ModelCache::setRowLengths) takes decode steps only, each row
   /// at its own position. The logits equal forward()'s at the same positions of the whole
-  /// sequences. Inference only: call it under torch::NoGradGuard.
-  torch::Tensor forwardCached(const torch::Tensor& tokens, ModelCache& cache);
+  /// sequences. Inference only: call it under torch::NoGradGuard. lastOnly: the logits of the last
+  /// position alone, [B, 1, vocab] (what generation reads; a long prompt's [B, T, vocab] is large).
+  torch::Tensor forwardCached(const torch::Tensor& tokens, ModelCache& cache, bool lastOnly = false);
   int64_t parameterCount() const;
   /// Activation checkpointing per block (`linac train --checkpointing`; model/checkpoint.h): with
   /// gradients on, forward() and loss() keep each block's input only and recompute the block's

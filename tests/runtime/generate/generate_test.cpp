@@ -94,6 +94,20 @@ TEST(CachedForward, TransformerMatchesFullForward) {
   checkCachedParity("gla", "transformer", torch::kCPU, kCpuTolerance);
 }
 
+// lastOnly: the last position's logits, as the whole prefill gives them (to the LM head's rounding).
+TEST(CachedForward, LastOnlyIsTheLastPosition) {
+  torch::manual_seed(8);
+  model::HybridLM lm(config("gated_deltanet", "3:1"));
+  lm->eval();
+  torch::NoGradGuard noGrad;
+  const torch::Tensor tokens = torch::randint(0, 256, {2, 20}, torch::kLong);
+  model::ModelCache all = lm->makeCache(2, 21), last = lm->makeCache(2, 21);
+  const torch::Tensor whole = lm->forwardCached(tokens, all), tail = lm->forwardCached(tokens, last, true);
+  ASSERT_EQ(tail.sizes(), (std::vector<int64_t>{2, 1, whole.size(2)}));
+  EXPECT_LT(relRms(tail, whole.narrow(1, 19, 1)), 1e-6);  // one matmul row against twenty: rounding only
+  EXPECT_EQ(last.position, 20);
+}
+
 TEST(CachedForward, RefusesOverflowAndAnotherBatch) {
   model::HybridLM lm(config("gla", "3:1"));
   torch::NoGradGuard noGrad;
