@@ -7,6 +7,7 @@
 #include <string>
 
 #ifdef LINAC_HAVE_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -47,6 +48,10 @@ void chunkBackward([[maybe_unused]] std::string_view op, const torch::Device& de
   if (device.is_cuda()) {
 #ifdef LINAC_HAVE_CUDA
     const c10::cuda::CUDAGuard guard(device);
+    // torch's deterministic mode (torch.use_deterministic_algorithms, `linac train
+    // --deterministic`): an error (or, warn-only, a warning) for a path that sums with atomics.
+    if (const char* atomics = kernels::cuda::chunkBackwardAtomics(kind, dtype, shape, args))
+      at::globalContext().alertNotDeterministic(std::string(op) + " backward on CUDA, " + atomics);
     kernels::cuda::chunkBackward(kind, dtype, shape, args, currentStream(device));
     return;
 #else

@@ -29,7 +29,7 @@ FLAGS = {
               "--mqar-pairs", "--steps", "--batch", "--seq-len", "--accumulation", "--lr", "--warmup", "--seed",
               "--out", "--resume", "--overwrite", "--accept-changes", "--eval-every", "--eval-batches",
               "--log-every", "--checkpoint-every", "--device", "--nproc", "--no-overlap", "--fused-loss",
-              "--checkpointing", "--varlen", "--profile", "--specs-dir"],
+              "--checkpointing", "--deterministic", "--varlen", "--profile", "--specs-dir"],
     "eval": ["--tasks", "--data", "--device", "--mqar-pairs", "--context", "--examples", "--seed", "--task-dir",
              "--haystack", "--varlen", "--limit", "--batch"],
     "generate": ["--prompt", "--max-new", "--temperature", "--top-p", "--seed", "--batch", "--device"],

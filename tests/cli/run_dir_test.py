@@ -310,9 +310,30 @@ def final_eval_after_checkpoint(work):
     check_in("over 64 tokens (1 batches; --eval-batches 0 for all)", p.stdout)
 
 
+def deterministic_runs_repeat(work):
+    """`--deterministic`: two runs from the same seed log the same training losses, gradient norms
+    and held-out losses (the weights after each step) to the last bit; config.yaml records the
+    flag."""
+    import json
+    timing = ("tokens_per_s", "elapsed")
+
+    def run(name):
+        out = os.path.join(work, name)
+        train(out, "--steps", "3", "--deterministic", "--seed", "7", "--eval-every", "1")
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            rows = [{k: v for k, v in json.loads(line).items() if k not in timing} for line in f]
+        with open(os.path.join(out, "config.yaml")) as f:
+            check_in("deterministic: true", f.read(), "config.yaml")
+        return rows
+
+    first, second = run("a"), run("b")
+    assert first == second, f"two deterministic runs differ:\n{first}\n{second}"
+    assert sum("eval_loss" in r for r in first) == 3 and sum("grad_norm" in r for r in first) == 3, first
+
+
 SCENARIOS = {f.__name__: f for f in (fresh_run_refuses_existing_dir, corrupt_checkpoint_falls_back,
                                      resume_checks_before_touching, lock_and_signals, disk_full,
-                                     final_eval_after_checkpoint)}
+                                     final_eval_after_checkpoint, deterministic_runs_repeat)}
 
 if __name__ == "__main__":
     name = sys.argv[4]

@@ -163,7 +163,7 @@ struct TrainFlags {
   std::string fusedLoss = "on";
   int64_t profile = 0;
   bool resume = false, overwrite = false, acceptChanges = false, noOverlap = false, checkpointing = false;
-  bool varlen = false;
+  bool varlen = false, deterministic = false;
 };
 
 
@@ -186,6 +186,13 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   if (nproc > 1 || std::getenv("WORLD_SIZE"))
     throw UsageError("this build has no distributed training (install libgloo-dev and reconfigure)");
 #endif
+  if (f.deterministic) {
+    // cuBLAS is deterministic with a fixed workspace, set before its first handle (torch refuses
+    // deterministic matmuls on CUDA without it); every linac kernel path is checked as it runs
+    // (ops/kernel_dispatch.cpp).
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
   const bool resume = f.resume;
   if (f.spec.empty() && !resume)
     throw UsageError("expected a SPEC file (with --resume it may be left out: the run's copy is used)");
@@ -550,6 +557,9 @@ Command addTrainCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--checkpointing", f->checkpointing,
                 "activation checkpointing per block: recompute each block in the backward (less memory)");
+  app->add_flag("--deterministic", f->deterministic,
+                "the same bits on every run: torch's deterministic algorithms, and an error for a linac CUDA "
+                "kernel that sums with atomics (the exact backward, the fp32 / pre-Hopper delta backward)");
   app->add_flag("--varlen", f->varlen,
                 "keep the documents packed into a window apart (as flame's varlen training): each starts from a "
                 "zero state, its own positions and attention, at the token after a document separator");

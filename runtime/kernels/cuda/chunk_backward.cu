@@ -18,7 +18,8 @@
 //           (written per (sequence, head, value block)) in a fixed order, in double.
 // Cost: ~3 token steps of O(dk dv) per token, no tensor cores: slow but exact for every kind.
 // Determinism: dv, dh0, d_u, fixed dg are deterministic; dq, dk, scalar / diagonal dg and dbeta
-// sum float partials with atomics (order may vary at the rounding level between runs).
+// sum float partials with atomics (order may vary at the rounding level between runs), which
+// chunkBackwardAtomics reports for torch's deterministic mode.
 #include "chunk_backward_paths.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -594,10 +595,9 @@ void runBwd(const RecurrenceKind& kind, const RecurrenceShape& s, const Recurren
   }
 }
 
-}  // namespace
-
-void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
-                   const RecurrenceBackwardArgs& args, cudaStream_t stream) {
+/// The number of sequences (B, or the varlen count); validates what every path needs.
+int64_t backwardSequences(const RecurrenceKind& kind, const RecurrenceShape& shape,
+                          const RecurrenceBackwardArgs& args) {
   const auto& f = args.fwd;
   LINAC_REQUIRE(f.q && f.k && f.v && args.d_o, "chunkBackward: q, k, v, d_o are required");
   LINAC_REQUIRE(kind.decay == DecayClass::None || f.g,
@@ -616,35 +616,66 @@ void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
     num_seqs = shape.num_seqs;
   }
   LINAC_REQUIRE(num_seqs <= 65535 && shape.heads <= 65535, "chunkBackward: grid too large");
-  if (num_seqs == 0) return;
+  return num_seqs;
+}
+
+/// The backward paths, in the order chunkBackward tries them.
+enum class BackwardPath { Hopper, Additive, Diagonal, Delta, Exact };
+
+BackwardPath chooseBackwardPath(const RecurrenceKind& kind, [[maybe_unused]] DType dtype,
+                                const RecurrenceShape& shape, [[maybe_unused]] const RecurrenceBackwardArgs& args,
+                                int64_t num_seqs) {
 #ifdef LINAC_HAVE_HOPPER
   // The Hopper backward where it applies (hopper/hopper_backward.h; LINAC_HOPPER_BWD=0 turns it off).
-  if (hopper::backwardSupported(kind, dtype, shape, args)) {
-    hopper::backward(kind, dtype, shape, args, num_seqs, stream);
-    return;
-  }
+  if (hopper::backwardSupported(kind, dtype, shape, args)) return BackwardPath::Hopper;
 #endif
   // Additive rule, inclusive readout, scalar-or-coarser decay: tensor-core chunkwise path
-  // (chunk_backward_additive.cu); everything else takes the exact per-token kernel below.
-  if (additiveBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) {
-    additiveChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
-    return;
-  }
+  // (chunk_backward_additive.cu).
+  if (additiveBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) return BackwardPath::Additive;
   // Additive rule, diagonal (per key channel) decay, any readout: chunk_backward_diagonal.cu.
-  if (diagonalBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) {
-    diagonalChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
-    return;
-  }
+  if (diagonalBackwardSupported(kind, shape) && 2 * num_seqs <= 65535) return BackwardPath::Diagonal;
   // Delta rule, inclusive readout, decay none / fixed / scalar (DeltaNet, Gated DeltaNet):
   // chunk_backward_delta.cu (fla's WY-form backward on tensor cores).
-  if (deltaBackwardSupported(kind, shape)) {
-    deltaChunkBackward(kind, dtype, shape, args, int(num_seqs), stream);
-    return;
+  if (deltaBackwardSupported(kind, shape)) return BackwardPath::Delta;
+  // Everything else: the exact per-token kernel above.
+  return BackwardPath::Exact;
+}
+
+}  // namespace
+
+void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                   const RecurrenceBackwardArgs& args, cudaStream_t stream) {
+  const int64_t num_seqs = backwardSequences(kind, shape, args);
+  if (num_seqs == 0) return;
+  switch (chooseBackwardPath(kind, dtype, shape, args, num_seqs)) {
+#ifdef LINAC_HAVE_HOPPER
+    case BackwardPath::Hopper: hopper::backward(kind, dtype, shape, args, num_seqs, stream); return;
+#else
+    case BackwardPath::Hopper: break;
+#endif
+    case BackwardPath::Additive: additiveChunkBackward(kind, dtype, shape, args, int(num_seqs), stream); return;
+    case BackwardPath::Diagonal: diagonalChunkBackward(kind, dtype, shape, args, int(num_seqs), stream); return;
+    case BackwardPath::Delta: deltaChunkBackward(kind, dtype, shape, args, int(num_seqs), stream); return;
+    case BackwardPath::Exact: break;
   }
   switch (dtype) {
     case DType::F32: runBwd<float>(kind, shape, args, int(num_seqs), stream); break;
     case DType::BF16: runBwd<__nv_bfloat16>(kind, shape, args, int(num_seqs), stream); break;
     case DType::F16: runBwd<__half>(kind, shape, args, int(num_seqs), stream); break;
+  }
+}
+
+const char* chunkBackwardAtomics(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                                 const RecurrenceBackwardArgs& args) {
+  const int64_t num_seqs = backwardSequences(kind, shape, args);
+  if (num_seqs == 0) return nullptr;
+  switch (chooseBackwardPath(kind, dtype, shape, args, num_seqs)) {
+    case BackwardPath::Delta:
+      return "the delta rule's mma.sync backward (chunk_backward_delta_wy.cu / _dqdk.cu: shared-memory float "
+             "atomics for d_beta and the decay gradient)";
+    case BackwardPath::Exact:
+      return "the exact per-token backward (chunk_backward.cu: float atomics for d_q, d_k, d_g and d_beta)";
+    default: return nullptr;  // every gradient written once, in a fixed order
   }
 }
 

@@ -25,6 +25,12 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
 void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                    const RecurrenceBackwardArgs& args, cudaStream_t stream);
 
+/// Null when chunkBackward's path for these arguments writes every gradient once in a fixed order
+/// (the same inputs give the same bits), else what sums with float atomics, for torch's
+/// deterministic mode to name (ops: at::globalContext().alertNotDeterministic).
+const char* chunkBackwardAtomics(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                                 const RecurrenceBackwardArgs& args);
+
 /// One decode step for shape.batch sequences (shape.seq_len ignored): state updated in place,
 /// o written. Any kind; dk <= 256; any dv.
 void recurrentStep(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
