@@ -4,6 +4,7 @@
 // Inputs are fresh random each run (seed printed on failure); the CPU kernels underneath are
 // tested exhaustively in tests/runtime/kernels.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <functional>
 #include <stdexcept>
@@ -125,6 +126,52 @@ TEST(Ops, CudaChunkDims) {
   EXPECT_EQ(ops::cudaChunkDims(100, 130), std::make_pair(int64_t(128), int64_t(192)));
   EXPECT_EQ(ops::cudaChunkDims(256, 512), std::make_pair(int64_t(256), int64_t(512)));
   EXPECT_EQ(ops::cudaChunkDims(384, 64).first, 384);  // above 256: the kernels reject it
+}
+
+// torch's deterministic mode on CUDA (label gpu): a backward path that sums with float atomics
+// raises torch's not-deterministic error naming it (the delta rule's mma.sync path at fp32, the
+// exact per-token kernel for the delta rule with a diagonal decay); a bf16 path that writes every
+// gradient once runs, and twice gives the same bits.
+TEST(OpsCuda, DeterministicModeNamesTheAtomicPaths) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "OpsCuda needs a GPU";
+  struct Restore {
+    ~Restore() { at::globalContext().setDeterministicAlgorithms(false, false); }
+  } restore;
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  using kernels::DecayClass, kernels::UpdateRule, kernels::Readout;
+  // q, k, v, g, beta gradients of sum(o) for B1 T100 H2 dk = dv = 64.
+  auto gradients = [](const kernels::RecurrenceKind& kind, torch::ScalarType dtype) {
+    torch::manual_seed(3);
+    const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+    const int64_t B = 1, T = 100, H = 2, D = 64;
+    torch::Tensor kRaw = torch::randn({B, T, H, D}, cuda);
+    torch::Tensor q = torch::randn({B, T, H, D}, cuda).to(dtype).requires_grad_(true);
+    torch::Tensor k = (kRaw / kRaw.norm(2, -1, true)).to(dtype).requires_grad_(true);
+    torch::Tensor v = torch::randn({B, T, H, D}, cuda).to(dtype).requires_grad_(true);
+    torch::Tensor g = kind.decay == DecayClass::Scalar     ? (-torch::rand({B, T, H}, cuda)).requires_grad_(true)
+                      : kind.decay == DecayClass::Diagonal ? (-torch::rand({B, T, H, D}, cuda)).requires_grad_(true)
+                                                           : torch::Tensor();
+    torch::Tensor beta = kind.update == UpdateRule::Delta ? torch::rand({B, T, H}, cuda).requires_grad_(true)
+                                                          : torch::Tensor();
+    ops::RecurrenceOptions options{kind, 0.125, 64, false};
+    ops::recurrence({q, k, v, g, beta, {}, {}, {}}, options).first.to(torch::kFloat).sum().backward();
+    return std::vector<torch::Tensor>{q.grad(), k.grad(), v.grad(), g.grad()};  // g is defined in every case here
+  };
+  auto refusal = [&](const kernels::RecurrenceKind& kind, torch::ScalarType dtype) -> std::string {
+    try {
+      gradients(kind, dtype);
+    } catch (const c10::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal({DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, torch::kFloat).find("mma.sync"),
+            std::string::npos);
+  EXPECT_NE(refusal({DecayClass::Diagonal, UpdateRule::Delta, Readout::Inclusive}, torch::kFloat).find("exact per-token"),
+            std::string::npos);
+  const kernels::RecurrenceKind mamba{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
+  const auto first = gradients(mamba, torch::kBFloat16), second = gradients(mamba, torch::kBFloat16);
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(torch::equal(first[i], second[i])) << "gradient " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, OpsVsOracle,
