@@ -61,8 +61,8 @@ public:
     return p;
   }
 
-  /// x [B, T, hidden] -> [B, T, hidden] (`documents`: model/documents.h); `probe` (may be null) sees the mixer and MLP outputs,
-  /// labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
+  /// x [B, T, hidden] -> [B, T, hidden] (`documents`: model/documents.h); `probe` (may be null)
+  /// sees the mixer and MLP outputs, labelled "layer <index> (<name> mixer)" and "layer <index> (mlp)".
   torch::Tensor forward(const torch::Tensor& x, const Documents* documents = nullptr, const StageProbe* probe = nullptr,
                         int64_t index = 0, const std::string& name = "") {
     // normalised in fp32 into one copy in the dtype all the mixer's projections read

@@ -106,8 +106,8 @@ torch::Tensor applyMap(const runtime::PrologueMap& map, const std::vector<torch:
   }
 #endif
   // No device maps for this variant (a build without CUDA, or a variant compiled on demand where
-  // no GPU was visible, which builds its host side only): a round trip through the CPU. `to` is differentiable, so the gradients flow
-  // back to the device.
+  // no GPU was visible, which builds its host side only): a round trip through the CPU. `to` is
+  // differentiable, so the gradients flow back to the device.
   std::vector<torch::Tensor> onHost;
   for (const auto& t : operands) onHost.push_back(t.to(torch::kCPU));
   return applyHostMap(map, onHost).to(*cuda);

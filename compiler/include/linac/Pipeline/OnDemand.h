@@ -27,8 +27,9 @@ struct OnDemandOptions {
 std::string cudaArchFor(int major, int minor);
 
 /// Path of the shared library for `spec` (read from `specPath`), building it when the cache has
-/// none (the folder is <name>-<spec hash>-<build hash>): lib<name>.so for the host side alone, lib<name>-<arch>.so with the CUDA side for one
-/// architecture. Writes are atomic (temporary names, then rename), so concurrent runs are safe.
+/// none (the folder is <name>-<spec hash>-<build hash>): lib<name>.so for the host side alone,
+/// lib<name>-<arch>.so with the CUDA side for one architecture. Writes are atomic (temporary
+/// names, then rename), so concurrent runs are safe.
 /// Throws std::runtime_error with the compiler's output when the build fails.
 std::string buildVariantLibrary(const spec::VariantSpec& spec, const std::string& specPath,
                                 const OnDemandOptions& options, std::ostream& log);
