@@ -155,6 +155,22 @@ class Layers(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "the cache holds 2 sequences, x has 3"):
             layer(torch.randn(3, 1, self.HIDDEN), cache=cache)
 
+    def test_packed_sequences_equal_each_alone(self):
+        """cu_seqlens (fla's packed layout): each sequence's output is its output alone, for every
+        variant; sequences of one token and of fewer tokens than a conv's taps included."""
+        cu = torch.tensor([0, 9, 10, 12, 27, 40])
+        for variant in sorted(linac.ops.SPEC_SHA256):
+            with self.subTest(variant=variant):
+                torch.manual_seed(SEED)
+                layer = linac.nn.LinearAttention(variant, self.HIDDEN)
+                x = torch.randn(1, 40, self.HIDDEN)
+                with torch.no_grad():
+                    packed = layer(x, cu_seqlens=cu)
+                    alone = torch.cat([layer(x[:, int(a):int(b)]) for a, b in zip(cu[:-1], cu[1:])], 1)
+                self.assertLess(rel_rms(packed, alone), TOL_F32, variant)
+        with self.assertRaisesRegex(ValueError, "cu_seqlens packs sequences"):
+            layer(torch.randn(2, 40, self.HIDDEN), cu_seqlens=cu)
+
     def test_a_layer_trains(self):
         torch.manual_seed(SEED)
         layer = linac.nn.LinearAttention("gated_deltanet", self.HIDDEN)

@@ -96,12 +96,14 @@ def _activate(x, name):
     raise ValueError(f"unknown activation '{name}'")
 
 
-def _rope(x, theta=ROPE_THETA, offset=0):
+def _rope(x, theta=ROPE_THETA, offset=0, positions=None):
     """fla's RotaryEmbedding, non-interleaved (rotate halves), on x [B, T, H, D] at positions
-    offset..offset + T - 1."""
+    offset..offset + T - 1, or at `positions` [1, T] (packed sequences counting from their starts)."""
     T, D = x.shape[1], x.shape[-1]
     inv_freq = theta ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
-    freqs = torch.outer(torch.arange(offset, offset + T, dtype=torch.float64, device=x.device), inv_freq)
+    if positions is None:
+        positions = torch.arange(offset, offset + T, device=x.device)
+    freqs = positions.reshape(T, 1).to(torch.float64) * inv_freq  # [T, D/2]
     cos = freqs.cos().to(x.dtype).view(1, T, 1, D // 2)
     sin = freqs.sin().to(x.dtype).view(1, T, 1, D // 2)
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
@@ -202,7 +204,9 @@ class LinearAttention(torch.nn.Module):
         shift = torch.zeros(batch, self.hidden_size, device=device, dtype=dtype) if shifted else None
         return LayerCache(state, conv, shift)
 
-    def _input(self, spec_input, x, cache):
+    def _input(self, spec_input, x, cache, positions):
+        """positions [1, T] (packed sequences, cu_seqlens) or None: each token's offset in its
+        sequence; the token shift, the conv and RoPE then restart at every sequence."""
         name, (batch, tokens) = spec_input["name"], x.shape[:2]
         h = x
         if spec_input.get("token_shift"):  # x + mix * (x_{t-1} - x), x_{-1} = 0 (or the cached input)
@@ -210,13 +214,23 @@ class LinearAttention(torch.nn.Module):
                 previous = F.pad(x, (0, 0, 1, 0))[:, :tokens]
             else:
                 previous = torch.cat([cache.shift.to(x.dtype).unsqueeze(1), x[:, :tokens - 1]], 1)
+            if positions is not None:
+                previous = previous * (positions > 0).unsqueeze(-1).to(x.dtype)
             h = x + getattr(self, f"shift_{name}") * (previous - x)
         if spec_input.get("low_rank"):
             h = F.linear(h, getattr(self, f"down_{name}"))
         h = F.linear(h, getattr(self, f"proj_{name}"), getattr(self, f"bias_{name}", None))
         if spec_input.get("conv"):  # short causal depthwise conv
             weight = getattr(self, f"conv_{name}")
-            if cache is None:
+            if positions is not None:  # out_t = sum_lag w[W-1-lag] x_{t-lag}, lag <= positions_t
+                width = weight.shape[-1]
+                conv = torch.zeros_like(h)
+                for lag in range(min(width, tokens)):
+                    earlier = F.pad(h, (0, 0, lag, 0))[:, :tokens]
+                    inside = (positions >= lag).unsqueeze(-1).to(h.dtype)
+                    conv = conv + earlier * inside * weight[:, 0, width - 1 - lag].to(h.dtype)
+                h = conv
+            elif cache is None:
                 h = F.conv1d(h.transpose(1, 2), weight, padding=weight.shape[-1] - 1,
                              groups=h.shape[-1])[..., :tokens].transpose(1, 2)
             else:  # the cached last W - 1 values in place of the zero padding
@@ -228,11 +242,12 @@ class LinearAttention(torch.nn.Module):
         if spec_input.get("l2norm"):
             f = f * torch.rsqrt(f.pow(2).sum(-1, keepdim=True) + NORM_EPS)
         if spec_input.get("rope"):
-            f = _rope(f, offset=cache.position if cache is not None else 0)
+            f = _rope(f, offset=cache.position if cache is not None else 0, positions=positions)
         return f
 
-    def _environment(self, x, cache=None):
-        env = {spec_input["name"]: self._input(spec_input, x, cache) for spec_input in self.spec.LAYER["inputs"]}
+    def _environment(self, x, cache=None, positions=None):
+        env = {spec_input["name"]: self._input(spec_input, x, cache, positions)
+               for spec_input in self.spec.LAYER["inputs"]}
         for param in self.spec.LAYER["params"]:
             shape = self._field_shape(param["extent"], 1, 1, param["name"])
             env[param["name"]] = getattr(self, f"param_{param['name']}").to(x.dtype).view(shape)
@@ -286,17 +301,28 @@ class LinearAttention(torch.nn.Module):
         y = (flat - mean) * torch.rsqrt((flat - mean).pow(2).mean(-1, keepdim=True) + NORM_EPS)
         return (y * weight + bias).view(o.shape)
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, cu_seqlens=None):
         """x [B, T, hidden_size] -> [B, T, hidden_size]; with `cache` (make_cache), the next T tokens
-        of the sequences it holds, updating it."""
+        of the sequences it holds, updating it; with cu_seqlens (int64 [N + 1], B = 1: fla's packed
+        sequences), each sequence on its own (state, token shift, conv and RoPE restart at each)."""
         if x.dim() != 3 or x.shape[-1] != self.hidden_size:
             raise ValueError(f"x must be [B, T, {self.hidden_size}], got {list(x.shape)}")
         batch, tokens = x.shape[:2]
         if cache is not None and cache.state.shape[0] != batch:
             raise ValueError(f"the cache holds {cache.state.shape[0]} sequences, x has {batch}")
-        env = self._environment(x, cache)
+        positions = None
+        if cu_seqlens is not None:
+            if cache is not None or batch != 1:
+                raise ValueError("cu_seqlens packs sequences into x [1, T, hidden_size], without a cache")
+            starts = cu_seqlens.to(x.device, torch.long)
+            index = torch.arange(tokens, device=x.device)
+            sequence = torch.searchsorted(starts[1:], index, right=True).clamp(max=starts.numel() - 2)
+            positions = (index - starts[sequence]).view(1, tokens)
+        env = self._environment(x, cache, positions)
         kind, layer = self.spec.KIND, self.spec.LAYER
         state = dict(initial_state=cache.state, output_final_state=True) if cache is not None else {}
+        if cu_seqlens is not None:
+            state["cu_seqlens"] = cu_seqlens
 
         def role(name):
             return self._layout(name, self._role(name, env, x), batch, tokens)
