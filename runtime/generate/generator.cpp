@@ -168,16 +168,17 @@ GenerateResult generate(model::HybridLMImpl& lm, const std::vector<std::vector<i
     cache.setRowLengths(lengths.to(device));
     return torch::cat(last, 0).unsqueeze(1);  // [B, 1, vocab]
   };
-  GenerateResult sorted = run(lm, B, longest + options.maxNew, device, options, prefill);
-  sorted.prefillTokens = tokens;
-  // Back to the order of `prompts`.
-  GenerateResult result = sorted;
-  for (size_t r = 0; r < order.size(); ++r) result.tokens[order[r]] = std::move(sorted.tokens[r]);
-  if (options.keepLogits) {
-    torch::Tensor inverse = torch::empty({B}, torch::kInt64);
-    for (size_t r = 0; r < order.size(); ++r) inverse[int64_t(order[r])] = int64_t(r);
-    result.logits = sorted.logits.index_select(0, inverse);
+  GenerateResult result = run(lm, B, longest + options.maxNew, device, options, prefill);
+  result.prefillTokens = tokens;
+  // The rows ran in `order`: back to the order of `prompts`.
+  std::vector<std::vector<int64_t>> tokensByPrompt(order.size());
+  torch::Tensor inverse = torch::empty({B}, torch::kInt64);
+  for (size_t r = 0; r < order.size(); ++r) {
+    tokensByPrompt[order[r]] = std::move(result.tokens[r]);
+    inverse[int64_t(order[r])] = int64_t(r);
   }
+  result.tokens = std::move(tokensByPrompt);
+  if (options.keepLogits) result.logits = result.logits.index_select(0, inverse);
   return result;
 }
 

@@ -50,8 +50,9 @@ void chunkBackward([[maybe_unused]] std::string_view op, const torch::Device& de
     const c10::cuda::CUDAGuard guard(device);
     // torch's deterministic mode (torch.use_deterministic_algorithms, `linac train
     // --deterministic`): an error (or, warn-only, a warning) for a path that sums with atomics.
-    if (const char* atomics = kernels::cuda::chunkBackwardAtomics(kind, dtype, shape, args))
-      at::globalContext().alertNotDeterministic(std::string(op) + " backward on CUDA, " + atomics);
+    if (at::globalContext().deterministicAlgorithms())
+      if (const char* atomics = kernels::cuda::chunkBackwardAtomics(kind, dtype, shape, args))
+        at::globalContext().alertNotDeterministic(std::string(op) + " backward on CUDA, " + atomics);
     kernels::cuda::chunkBackward(kind, dtype, shape, args, currentStream(device));
     return;
 #else

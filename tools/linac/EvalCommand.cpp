@@ -26,6 +26,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 namespace linac::cli {
@@ -95,8 +96,12 @@ int runEval(EvalFlags& f) {
     const std::string& dataPath = f.data;
     std::vector<int64_t> heldOut;
     std::string description;
+    // The id that ends a document (--varlen): the tokenizer's, or the shards' own where they
+    // record one.
+    std::optional<int64_t> separator = tokenizer->documentSeparator();
     if (!dataPath.empty() && data::isTokenShardPath(dataPath)) {
       const auto shards = data::TokenShards::open(dataPath);
+      separator = shards->documentSeparator();
       if (shards->vocabSize() != mc.preset.vocab)
         throw data::DataError(shards->description() + ": ids of a " + std::to_string(shards->vocabSize()) +
                               "-entry vocabulary, but the model's is " + std::to_string(mc.preset.vocab));
@@ -113,17 +118,11 @@ int runEval(EvalFlags& f) {
     torch::Tensor windows = torch::empty({n, seqLen + 1}, torch::kInt64);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t t = 0; t <= seqLen; ++t) windows[i][t] = heldOut[size_t(i * seqLen + t)];
-    // Documents apart with --varlen, or where the run trained so (its config.yaml); the separator
-    // that ends a document is the shards' own where they record one.
+    // Documents apart with --varlen, or where the run trained so (its config.yaml).
     const bool varlen = f.varlen || configValue(dir + "/config.yaml", "varlen") == "true";
-    int64_t separator = tokenizer->documentSeparator();
-    if (varlen && !dataPath.empty() && data::isTokenShardPath(dataPath)) {
-      const auto recorded = data::TokenShards::open(dataPath)->documentSeparator();
-      if (!recorded) throw UsageError("--varlen: " + dataPath + " records no document separator");
-      separator = *recorded;
-    }
+    if (varlen && !separator) throw UsageError("--varlen: " + dataPath + " records no document separator");
     auto documentsForward = [&](const torch::Tensor& tokens) {
-      const model::Documents documents = model::documentsEndingWith(tokens, separator);
+      const model::Documents documents = model::documentsEndingWith(tokens, *separator);
       return lm->forward(tokens, &documents);
     };
     auto r = varlen ? eval::perplexity(documentsForward, windows, kEvalBatch, dev)
