@@ -4,6 +4,7 @@
 
 #include <torch/autograd.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -42,17 +43,19 @@ cuda::ShortConvShape kernelShape(const torch::Tensor& x, const torch::Tensor& we
 }
 
 /// y = act(conv(x, weight)); saves x, the fp32 weight [C, W] and the positions (packed
-/// documents, or undefined), and recomputes the pre-activation from them in backward.
+/// documents, or undefined), and recomputes the pre-activation from them in backward. Absent
+/// positions arrive as nullopt: autograd records every tensor argument's device, so none may be
+/// undefined.
 struct ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               int64_t activation, const torch::Tensor& positions) {
+                               int64_t activation, const std::optional<torch::Tensor>& positions) {
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor xc = x.contiguous();                                                  // [B, T, C]
     const torch::Tensor w32 = weight.reshape({weight.size(0), weight.size(-1)}).to(torch::kFloat32).contiguous();  // [C, W]
     torch::Tensor y = torch::empty_like(xc);                                                  // [B, T, C]
     cuda::ShortConvForwardArgs args;
     args.x = xc.data_ptr(), args.weight = w32.data_ptr<float>(), args.y = y.data_ptr();
-    const torch::Tensor pc = positions.defined() ? positions.contiguous() : positions;  // [B, T] int64
+    const torch::Tensor pc = positions ? positions->contiguous() : torch::Tensor();  // [B, T] int64
     if (pc.defined()) args.positions = pc.data_ptr<int64_t>();
     cuda::shortConvForward(checks::kernelDtype(xc.scalar_type()), static_cast<cuda::ShortConvActivation>(activation),
                            kernelShape(xc, w32), args, currentStream(xc.device()));
@@ -131,7 +134,8 @@ torch::Tensor shortConv(const torch::Tensor& x, const torch::Tensor& weight, run
                  "int64 [" + std::to_string(x.size(0)) + ", " + std::to_string(x.size(1)) + "] on x's device",
                  checks::describe(positions));
 #ifdef LINAC_HAVE_CUDA
-  return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)), positions);
+  return ShortConvFunction::apply(x, weight, static_cast<int64_t>(kernelActivation(activation)),
+                                  positions.defined() ? std::optional<torch::Tensor>(positions) : std::nullopt);
 #else
   (void)activation;
   throw std::logic_error(std::string(kOp) + ": unreachable without CUDA");

@@ -24,8 +24,8 @@
 //   4  diagDuKernel (below) sums d_u.
 // Passes 1-3 run as Hopper stages instead (hopper/diag_state_scan.cuh: the state passes on wgmma;
 // hopper/diag_grad.cuh: passes 2 and 3 as one stage, the same sums with the 16-token factorisation
-// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200, opt-in with
-// LINAC_HOPPER_DIAG_BWD=1 until they have run there.
+// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200 (LINAC_HOPPER_DIAG_BWD=0
+// keeps the passes below).
 //
 // d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
 // into straddling-pair terms only (as the additive path does for the scalar class):

@@ -24,9 +24,9 @@
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
 //                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
-//   --hopper-diag-bwd  the diagonal decay's backward (GLA, HGRN-2, RWKV-6) takes the Hopper
-//                 gradient stage for bf16 / fp16 at dk, dv in {64, 128} (LINAC_HOPPER_DIAG_BWD=1,
-//                 opt-in: every diagonal backward case, and the GLA / RWKV-6 backward timings)
+//   --hopper-diag-bwd  forces the diagonal decay's Hopper backward stages (GLA, HGRN-2, RWKV-6;
+//                 bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1, the default;
+//                 LINAC_HOPPER_DIAG_BWD=0 sends those cases to the mma.sync passes)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -879,7 +879,7 @@ int main(int argc, char** argv) {
         runBwdCase(d);
         d.kind.readout = Readout::ExclusiveBonus; d.dtype = DType::F32; d.cu = {}; d.B = 2; d.T = 80; d.dk = 128; d.dv = 64;
         runBwdCase(d);
-        // ... and its Hopper gradient stage under --hopper-diag-bwd: exclusive + bonus, varlen with
+        // ... and its Hopper gradient stage (unless LINAC_HOPPER_DIAG_BWD=0): exclusive + bonus, varlen with
         // partial chunks, dk 128 > dv
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 128, 64,
                     {0, 20, 150}});
@@ -973,7 +973,7 @@ int main(int argc, char** argv) {
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
-        // the diagonal decay's shapes for its Hopper gradient stage (--hopper-diag-bwd): dk = dv =
+        // the diagonal decay's shapes for its Hopper gradient stage (the default): dk = dv =
         // 128 varlen with lengths 1, 63, 65, 71, 100 and strong gates, both readouts; fp16 dk 64 <
         // dv over four chunks; null d_q and d_g
         for (auto ro : readouts) {

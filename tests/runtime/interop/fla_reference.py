@@ -69,8 +69,8 @@ def naive_gated_delta(q, k, v, beta, g):
 def rotary(x):
     """fla's RotaryEmbedding (non-interleaved, rotate halves) at positions 0..T-1; x [B, T, H, D]."""
     D = x.shape[-1]
-    inv = ROPE_THETA ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    f = torch.outer(torch.arange(x.shape[1], dtype=torch.float64), inv)
+    inv = ROPE_THETA ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
+    f = torch.outer(torch.arange(x.shape[1], dtype=torch.float64, device=x.device), inv)
     cos, sin = f.cos()[None, :, None], f.sin()[None, :, None]
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)

@@ -309,11 +309,7 @@ TEST(Layers, L2NormalizeOnTheCpuIsTheComposedFormula) {
 
 class LayersCuda : public ::testing::Test {
 protected:
-  // the model's norms take the fused kernels (opt-in until these tests have passed on an H200)
-  void SetUp() override {
-    ASSERT_TRUE(torch::cuda::is_available()) << "LayersCuda needs a GPU";
-    setenv("LINAC_FUSED_NORMS", "1", 1);
-  }
+  void SetUp() override { ASSERT_TRUE(torch::cuda::is_available()) << "LayersCuda needs a GPU"; }
 };
 
 TEST_F(LayersCuda, RmsNormMatchesTheComposedFormula) {

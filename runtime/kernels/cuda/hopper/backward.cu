@@ -3,7 +3,7 @@
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
 // mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
-// by chunk_backward_diagonal.cu; opt-in with LINAC_HOPPER_DIAG_BWD=1 until it has run on an H200).
+// by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends it back to the mma.sync passes).
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
@@ -124,12 +124,12 @@ bool wideDeltaBackwardEnabled() {
   return env == nullptr || std::string(env) != "0";
 }
 
-/// The diagonal decay's gradient stage, while it is opt-in (LINAC_HOPPER_BWD=0 turns it off too,
-/// as it does every Hopper backward).
+/// The diagonal decay's Hopper stages: on unless LINAC_HOPPER_DIAG_BWD=0 (LINAC_HOPPER_BWD=0 turns
+/// them off too, as it does every Hopper backward).
 bool diagonalGradEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_DIAG_BWD");
   const char* all = std::getenv("LINAC_HOPPER_BWD");
-  return env != nullptr && std::string(env) == "1" && (all == nullptr || std::string(all) != "0");
+  return (env == nullptr || std::string(env) != "0") && (all == nullptr || std::string(all) != "0");
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_grad.cuh),
-//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3; opt-in with
-//    LINAC_HOPPER_DIAG_BWD=1 until they have run on an H200.
+//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default since the
+//    kernel lab checked them on the H200 (1.5x faster than those passes, bench/NOTES.md);
+//    LINAC_HOPPER_DIAG_BWD=0 turns them off.
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -29,8 +30,8 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
               const RecurrenceBackwardArgs& args, int64_t num_seqs, cudaStream_t stream);
 
-/// Whether diagonalStateScan() and diagonalGrad() take this call: LINAC_HOPPER_DIAG_BWD=1, a Hopper device with the
-/// sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
+/// Whether diagonalStateScan() and diagonalGrad() take this call: LINAC_HOPPER_DIAG_BWD != 0, a Hopper device
+/// with the sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
 bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
