@@ -24,8 +24,8 @@
 //   4  diagDuKernel (below) sums d_u.
 // Passes 1-3 run as Hopper stages instead (hopper/diag_state_scan.cuh: the state passes on wgmma;
 // hopper/diag_grad.cuh: passes 2 and 3 as one stage, the same sums with the 16-token factorisation
-// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200 (LINAC_HOPPER_DIAG_BWD=0
-// keeps the passes below).
+// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200, the inclusive readout by
+// default (hopper::diagonalGradSupported says when).
 //
 // d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
 // into straddling-pair terms only (as the additive path does for the scalar class):
@@ -112,7 +112,7 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   DType dtype = DType::F32;
   if constexpr (!kF32) {
     dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
-    hopper = hopper::diagonalGradSupported(dtype, s);
+    hopper = hopper::diagonalGradSupported(kind, dtype, s);
   }
 #endif
 
@@ -184,12 +184,12 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     hp.value_dim = p.value_dim;
     hp.scale = p.scale;
     hp.exclusive = p.exclusive;
-    hopper::diagonalStateScan(dtype, s, hp, stream);
+    hopper::diagonalStateScan(kind, dtype, s, hp, stream);
   }
 #endif
   if (!hopper) launchDiagStateScan<T, DK, PreciseState>(p, stream);
 #ifdef LINAC_HAVE_HOPPER
-  if (hopper) hopper::diagonalGrad(dtype, s, hp, slots, stream);
+  if (hopper) hopper::diagonalGrad(kind, dtype, s, hp, slots, stream);
 #endif
   if (!hopper && slots > 0 && (p.dq || p.dk || want_dg || want_du))
     launchDiagDqdk<T, DK, PreciseState>(p, slots, stream);

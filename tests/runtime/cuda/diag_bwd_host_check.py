@@ -30,8 +30,9 @@ Checks:
   2. the state passes and the chunk algorithm in float64 against the sweep: ~1e-12 expected (every
      row takes S_c, dS_{c+1} and d_h0 from state_scan(), with the passes' roundings where it rounds);
   3. the chunk algorithm with the kernel's roundings (bf16 / fp16 where it rounds: S_c and dS_{c+1}
-     stored in the input dtype, D, Ks, Qs, K e^{B - b}, Kr_i and A^T as wgmma operands, the
-     outputs dq, dk, dv; fp32 elsewhere): the predicted relative RMS errors against the lab's gate.
+     stored in the input dtype, D, K e^{B - b}, Kr_i and A^T as wgmma operands, Ks and Qs as a high
+     and a low half, the outputs dq, dk, dv; fp32 elsewhere): the predicted relative RMS errors
+     against the lab's gate, and d_w = d_g . g for RWKV-6's decay -exp(w).
 Usage: python3 tests/runtime/cuda/diag_bwd_host_check.py [--seed N] [--quick]
 Exit 0 when every check passes.
 """
@@ -181,11 +182,17 @@ def chunk_grad(q, k, v, do, g, u, S, dS, scale, excl, rows, rnd, f32):
     Dacc = scale * (do @ v.T)                         # fp32 accumulator
     D = rnd(Dacc)                                     # 16-bit tile
     Ddiag = np.diag(Dacc).copy()                      # fp32 (bonus, d_u)
+    # Ks and Qs as wgmma operands: a high and a low 16-bit half each (x - round(x)), the products
+    # with D taken for both halves, so that a pair's term reaches d_g through Ks and through Qs
+    # nearly exact and cancels there
+    pair = lambda z: rnd(z) + rnd(z - rnd(z))
     Ks = np.zeros_like(k)
     Qs = np.zeros_like(q)
+    Qs1 = np.zeros_like(q)                            # Qs's high half alone: A^T's operand
     for m in range(C // NB - 1):
-        Ks[blk(m)] = rnd(k[blk(m)] * np.exp(R[m] - b[blk(m)]))
-        Qs[blk(m + 1)] = rnd(q[blk(m + 1)] * np.exp(bq[blk(m + 1)] - R[m]))
+        Ks[blk(m)] = pair(k[blk(m)] * np.exp(R[m] - b[blk(m)]))
+        Qs[blk(m + 1)] = pair(q[blk(m + 1)] * np.exp(bq[blk(m + 1)] - R[m]))
+        Qs1[blk(m + 1)] = rnd(q[blk(m + 1)] * np.exp(bq[blk(m + 1)] - R[m]))
     # dq
     dq = scale * np.exp(bq) * (do @ Sr.T)
     for j in range(C // NB - 1):
@@ -217,7 +224,7 @@ def chunk_grad(q, k, v, do, g, u, S, dS, scale, excl, rows, rnd, f32):
         hi = NB * i
         Kr = np.zeros_like(k)
         Kr[:hi] = rnd(k[:hi] * np.exp(R[i - 1] - b[:hi]))
-        At[:hi, blk(i)] = (Kr @ Qs.T)[:hi, blk(i)]
+        At[:hi, blk(i)] = (Kr @ Qs1.T)[:hi, blk(i)]
     for m in range(C // NB):
         for s in range(NB * m, NB * m + NB):
             for t in range(s, NB * m + NB):
@@ -263,13 +270,16 @@ def chunked(x, excl, Sc, dSc, rnd):
     return res
 
 
-def make_inputs(rng, T, dk, dv, gmul, gclamp, rnd):
+def make_inputs(rng, T, dk, dv, gmul, gclamp, rnd, wsigma=0.0):
     q = rnd(rng.standard_normal((T, dk)))
     k = rnd(rng.standard_normal((T, dk)) / np.sqrt(dk))
     v = rnd(rng.standard_normal((T, dv)))
     do = rnd(rng.standard_normal((T, dv)))
     z = rng.standard_normal((T, dk))
-    g = round_f32(np.maximum(gclamp, gmul * -np.logaddexp(0.0, -z)))  # gmul * logsigmoid, clamped
+    if wsigma > 0:  # RWKV-6's decay -exp(w), w ~ N(0, wsigma^2)
+        g = round_f32(-np.exp(wsigma * z))
+    else:
+        g = round_f32(np.maximum(gclamp, gmul * -np.logaddexp(0.0, -z)))  # gmul * logsigmoid, clamped
     u = round_f32(rng.standard_normal(dk))
     h0 = round_f32(rng.standard_normal((dk, dv)) * 0.5)
     dht = round_f32(rng.standard_normal((dk, dv)) * 0.5)
@@ -304,37 +314,43 @@ def check_fd(rng):
     return ok
 
 
-CASES = [  # (T, dk, dv, gmul, gclamp): partial chunks, several chunks, strong gates, dk != dv
-    (150, 64, 64, 1.0, -1e30),
-    (100, 128, 64, 1.0, -1e30),
-    (130, 64, 128, 8.0, -20.0),
-    (64, 128, 128, 1.0, -1e30),
-    (200, 128, 128, 30.0, -20.0),
+CASES = [  # (T, dk, dv, gmul, gclamp, wsigma): partial chunks, several chunks, strong gates, dk != dv,
+    # RWKV-6's -exp(w) (wsigma > 0: d_w = d_g . g is checked too, where strongly decaying channels
+    # weigh most; with Ks and Qs rounded once it was 7e-3 to 3e-2)
+    (150, 64, 64, 1.0, -1e30, 0.0),
+    (100, 128, 64, 1.0, -1e30, 0.0),
+    (130, 64, 128, 8.0, -20.0, 0.0),
+    (130, 128, 64, 1.0, -1e30, 1.5),
+    (64, 128, 128, 1.0, -1e30, 0.0),
+    (200, 128, 128, 30.0, -20.0, 0.0),
 ]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="the first three shapes only")
+    ap.add_argument("--quick", action="store_true", help="the first four shapes only")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     ok = check_fd(rng)
-    cases = CASES[:3] if args.quick else CASES
-    for (T, dk, dv, gmul, gclamp) in cases:
+    cases = CASES[:4] if args.quick else CASES
+    for (T, dk, dv, gmul, gclamp, wsigma) in cases:
         for excl in (False, True):
             for dtype, rnd in (("exact", exact), ("bf16", round_bf16), ("f16", round_f16)):
-                x = make_inputs(rng, T, dk, dv, gmul, gclamp, round_bf16 if dtype == "exact" else rnd)
+                x = make_inputs(rng, T, dk, dv, gmul, gclamp, round_bf16 if dtype == "exact" else rnd, wsigma)
                 ref, _, _ = reverse_sweep(x, excl)
                 Sc, dSc, dh0 = state_scan(x, excl, rnd)
                 got = chunked(x, excl, Sc, dSc, rnd)
                 got["dh0"] = dh0
+                if wsigma > 0:
+                    got["dw"], ref["dw"] = got["dg"] * x["g"], ref["dg"] * x["g"]
                 gate = 1e-10 if dtype == "exact" else GATE
-                names = ("dq", "dk", "dv", "dg", "dh0") + (("du",) if excl else ())
+                names = ("dq", "dk", "dv", "dg", "dh0") + (("du",) if excl else ()) + (("dw",) if wsigma > 0 else ())
                 errs = {n: rel(got[n], ref[n]) for n in names}
                 good = all(e < gate for e in errs.values())
                 ok &= good
-                shape = f"T{T} dk{dk} dv{dv} g*{gmul:g}" + (f" clamp{gclamp:g}" if gclamp > -1e29 else "")
+                shape = (f"T{T} dk{dk} dv{dv} " + (f"g=-exp(w) w~N(0,{wsigma:g}^2)" if wsigma > 0 else f"g*{gmul:g}")
+                         + (f" clamp{gclamp:g}" if gclamp > -1e29 else ""))
                 print(f"{dtype:<5} {'excl' if excl else 'incl'} {shape:<34} " +
                       " ".join(f"{n} {e:9.2e}" for n, e in errs.items()) + f"  {'PASS' if good else 'FAIL'}")
     print("PASS" if ok else "FAIL")

@@ -24,9 +24,9 @@
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
 //                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
-//   --hopper-diag-bwd  forces the diagonal decay's Hopper backward stages (GLA, HGRN-2, RWKV-6;
-//                 bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1, the default;
-//                 LINAC_HOPPER_DIAG_BWD=0 sends those cases to the mma.sync passes)
+//   --hopper-diag-bwd  the diagonal decay's Hopper backward stages for both readouts (bf16 /
+//                 fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1; the default takes them
+//                 for the inclusive readout only, LINAC_HOPPER_DIAG_BWD=0 for neither)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -141,6 +141,7 @@ struct Case {
   int B, T, H, dk, dv;
   std::vector<int64_t> cu;  // varlen boundaries (B must be 1) or empty
   double gmul = 1.0, gclamp = -1e30;  // g = max(gclamp, gmul * logsigmoid(N(0,1)))
+  double wsigma = 0.0;  // > 0: g = -exp(w), w ~ N(0, wsigma^2) (RWKV-6's decay), and d_w = d_g . g checked
   bool h0 = true;      // h0 and d_ht present (else both null)
   bool all_grads = true;  // false: d_q and d_g null (the other gradients still checked)
 };
@@ -156,7 +157,7 @@ struct Inputs {
 };
 
 Inputs makeInputs(const RecurrenceKind& kind, DType dt, int B, int T, int H, int dk, int dv, int N,
-                  double gmul, double gclamp, bool with_h0) {
+                  double gmul, double gclamp, bool with_h0, double wsigma = 0.0) {
   Inputs in;
   const size_t tok = size_t(B) * T * H;
   in.q.resize(tok * dk); in.k.resize(tok * dk); in.v.resize(tok * dv);
@@ -174,7 +175,9 @@ Inputs makeInputs(const RecurrenceKind& kind, DType dt, int B, int T, int H, int
     in.beta.resize(tok);
     for (auto& x : in.beta) x = float(1.0 / (1.0 + std::exp(-normal())));
   }
-  auto gate = [&]() { return float(std::max(gclamp, gmul * logsigmoid(normal()))); };
+  auto gate = [&]() {
+    return float(wsigma > 0 ? -std::exp(wsigma * normal()) : std::max(gclamp, gmul * logsigmoid(normal())));
+  };
   switch (kind.decay) {
     case DecayClass::None: break;
     case DecayClass::Fixed:
@@ -248,7 +251,7 @@ void runChunkCase(const Case& cs) {
   const int B = cs.B, T = cs.T, H = cs.H, dk = cs.dk, dv = cs.dv;
   const bool varlen = !cs.cu.empty();
   const int N = varlen ? int(cs.cu.size()) - 1 : B;
-  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0);
+  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0, cs.wsigma);
   const double scale = 1.0 / std::sqrt(double(dk));
   const size_t tok = size_t(B) * T * H;
 
@@ -395,7 +398,7 @@ void runBwdCase(const Case& cs) {
   const bool varlen = !cs.cu.empty();
   const int N = varlen ? int(cs.cu.size()) - 1 : B;
   const bool delta = kind.update == UpdateRule::Delta, excl = kind.readout == Readout::ExclusiveBonus;
-  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0);
+  Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0, cs.wsigma);
   const double scale = 1.0 / std::sqrt(double(dk));
   const size_t tok = size_t(B) * T * H, SS = size_t(dk) * dv;
   std::vector<float> dof(tok * dv), dhtf(cs.h0 ? size_t(N) * H * SS : 0);
@@ -544,14 +547,25 @@ void runBwdCase(const Case& cs) {
     return std::vector<double>(f.begin(), f.end());
   };
   char shp[96];
-  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
-                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.h0 ? "" : " noh0",
-                cs.all_grads ? "" : " no-dq-dg");
+  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
+                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.wsigma > 0 ? " g=-exp(w)" : "",
+                cs.h0 ? "" : " noh0", cs.all_grads ? "" : " no-dq-dg");
   const std::string kn = "bwd " + kindName(kind);
   if (cs.all_grads) report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
   report(kn, cs.dtype, shp, "dk", relRms(get(dkb, rdk.size(), true), rdk));
   report(kn, cs.dtype, shp, "dv", relRms(get(dvb, rdv.size(), true), rdv));
-  if (!rdg.empty() && cs.all_grads) report(kn, cs.dtype, shp, "dg", relRms(get(dg, rdg.size(), false), rdg));
+  if (!rdg.empty() && cs.all_grads) {
+    std::vector<double> dgv = get(dg, rdg.size(), false);
+    report(kn, cs.dtype, shp, "dg", relRms(dgv, rdg));
+    if (cs.wsigma > 0) {  // d_w = d_g . dg/dw = d_g . g: the small d_g of strongly decaying channels weigh most
+      std::vector<double> rdw(rdg.size());
+      for (size_t i = 0; i < rdg.size(); ++i) {
+        dgv[i] *= in.g[i];
+        rdw[i] = rdg[i] * in.g[i];
+      }
+      report(kn, cs.dtype, shp, "dw", relRms(dgv, rdw));
+    }
+  }
   if (delta) report(kn, cs.dtype, shp, "dbet", relRms(get(db, rdb.size(), false), rdb));
   if (excl) report(kn, cs.dtype, shp, "du", relRms(get(du, rdu.size(), false), rdu));
   if (cs.h0) report(kn, cs.dtype, shp, "dh0", relRms(get(dh0, rdh0.size(), false), rdh0));
@@ -879,7 +893,7 @@ int main(int argc, char** argv) {
         runBwdCase(d);
         d.kind.readout = Readout::ExclusiveBonus; d.dtype = DType::F32; d.cu = {}; d.B = 2; d.T = 80; d.dk = 128; d.dv = 64;
         runBwdCase(d);
-        // ... and its Hopper gradient stage (unless LINAC_HOPPER_DIAG_BWD=0): exclusive + bonus, varlen with
+        // ... and its Hopper gradient stage (--hopper-diag-bwd): exclusive + bonus, varlen with
         // partial chunks, dk 128 > dv
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 128, 64,
                     {0, 20, 150}});
@@ -973,9 +987,11 @@ int main(int argc, char** argv) {
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
-        // the diagonal decay's shapes for its Hopper gradient stage (the default): dk = dv =
-        // 128 varlen with lengths 1, 63, 65, 71, 100 and strong gates, both readouts; fp16 dk 64 <
-        // dv over four chunks; null d_q and d_g
+        // the diagonal decay's shapes for its Hopper gradient stage (the default for the inclusive
+        // readout, both with --hopper-diag-bwd): dk = dv = 128 varlen with lengths 1, 63, 65, 71,
+        // 100 and strong gates, both readouts; fp16 dk 64 < dv over four chunks; null d_q and d_g;
+        // RWKV-6's decay -exp(w), w ~ N(0, 1.5^2), with d_w = d_g . g checked (strongly decaying
+        // channels' small d_g weigh most there)
         for (auto ro : readouts) {
           const RecurrenceKind gk{DecayClass::Diagonal, UpdateRule::Additive, ro};
           Case c{gk, DType::BF16, 1, 300, 2, 128, 128, {0, 1, 64, 129, 200, 300}};
@@ -983,6 +999,10 @@ int main(int argc, char** argv) {
           runBwdCase({gk, DType::F16, 2, 256, 1, 64, 128, {}});
           Case n{gk, DType::BF16, 2, 90, 2, 128, 64, {}};
           n.all_grads = false; runBwdCase(n);
+          for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+            Case w{gk, dt, 2, 200, 2, 128, 128, {}};
+            w.wsigma = 1.5; runBwdCase(w);
+          }
         }
         // the delta rule's shapes for the Hopper backward (taken with --hopper-bwd, else by
         // chunk_backward_delta.cu): varlen with lengths 1, 63, 65, 71, 100; dk = dv = 128 varlen

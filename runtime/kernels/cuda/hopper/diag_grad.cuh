@@ -34,8 +34,13 @@
 // other two in shared memory the tiles free at the end. Every output element belongs to one CTA
 // (dg's rows serve it as scratch before their final value): deterministic, no atomics.
 // Roundings: S_c, dS_{c+1} (stored so by the state passes; <S_c, dS_{c+1}> is summed from them),
-// D, Ks, Qs, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks'
-// chains are fp32.
+// D, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks' chains are
+// fp32. Ks and Qs enter as a 16-bit pair, high half then low half (x - round(x), over the same
+// tiles once the high products are done): a pair (t, s) of one chunk reaches d_g twice, through
+// Ks in q dq' and through Qs in k dk_intra, and cancels there unless both are near exact. Rounded
+// to 16 bits once, the residue of the large intra-chunk terms swamped the small d_g of strongly
+// decaying channels: RWKV-6's d_w = d_g . g (decay -exp(w)) missed the bf16 gate (1.1e-2 on the
+// H200; diag_bwd_host_check.py: 3.6e-2 with one half, 1.6e-3 with both, at w ~ N(0, 1.5^2)).
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -95,6 +100,13 @@ struct DiagGradTiles {
 template <int DK>
 __device__ __forceinline__ int bIndex(int t, int c) {
   return t * DK + (c ^ ((t & 7) << 3));
+}
+
+/// The low 16-bit half of fp32 pairs whose high half is pack2<T>(x.x, x.y): x - round(x).
+template <class T>
+__device__ __forceinline__ uint32_t lowHalf2(float2 x) {
+  const float2 hi = unpack2<T>(pack2<T>(x.x, x.y));
+  return pack2<T>(x.x - hi.x, x.y - hi.y);
 }
 
 /// Barrier over the whole CTA, called from each warpgroup's own branch (bar.sync counts warps, so
@@ -188,6 +200,20 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   auto ref2 = [&](int m, int c) { return b2(NB * m + NB - 1, c); };  // R_m
   auto exp2f2 = [](float2 x) { return make_float2(expFtz(x.x), expFtz(x.y)); };
   auto sub2 = [](float2 x, float2 y) { return make_float2(x.x - y.x, x.y - y.y); };
+  // Ks[t][c] = k e^{R_m - b} (block m = t / 16 < 3, else 0) and Qs[t][c] = q e^{bq - R_{m - 1}}
+  // (m > 0, else 0) in fp32, channel pairs (c, c + 1): the same values each time they are formed.
+  auto ksPair = [&](int t, int c) {
+    const int m = t / NB;
+    if (m >= kDiagRefs) return make_float2(0.f, 0.f);
+    const float2 kk = unpack2<T>(lds32(tK.at(t, c))), f = exp2f2(sub2(ref2(m, c), b2(t, c)));
+    return make_float2(kk.x * f.x, kk.y * f.y);
+  };
+  auto qsPair = [&](int t, int c) {
+    const int m = t / NB;
+    if (m == 0) return make_float2(0.f, 0.f);
+    const float2 qq = unpack2<T>(lds32(tQ.at(t, c))), f = exp2f2(sub2(bq2(t, c), ref2(m - 1, c)));
+    return make_float2(qq.x * f.x, qq.y * f.y);
+  };
 
   // ---- loads: q, k, v, d_o, g, S_c, dS_{c+1} (cp.async); then b and <S_c, dS_{c+1}> per row ----
   {
@@ -230,19 +256,28 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       }
     }
     __syncthreads();
-    // Ks (blocks 0..2, reference R_block) and Qs (blocks 1..3, reference R_{block - 1}).
+    // Ks (blocks 0..2, reference R_block) and Qs (blocks 1..3, reference R_{block - 1}), high
+    // halves; warpgroups 0 and 1 overwrite them with the low halves in phase 2.
     for (int i = tid; i < C * DK / 2; i += kDiagGradThreads) {
-      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2, m = t / NB;
-      const float2 kk = unpack2<T>(lds32(tK.at(t, c))), qq = unpack2<T>(lds32(tQ.at(t, c)));
-      float2 fk = make_float2(0.f, 0.f), fq = make_float2(0.f, 0.f);
-      if (m < kDiagRefs) fk = exp2f2(sub2(ref2(m, c), b2(t, c)));
-      if (m > 0) fq = exp2f2(sub2(bq2(t, c), ref2(m - 1, c)));
-      sts32(tKs.at(t, c), pack2<T>(kk.x * fk.x, kk.y * fk.y));
-      sts32(tQs.at(t, c), pack2<T>(qq.x * fq.x, qq.y * fq.y));
+      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2;
+      const float2 ks = ksPair(t, c), qs = qsPair(t, c);
+      sts32(tKs.at(t, c), pack2<T>(ks.x, ks.y));
+      sts32(tQs.at(t, c), pack2<T>(qs.x, qs.y));
     }
     fenceToAsyncProxy();
     __syncthreads();
   }
+  // Writes the low halves of Ks (or Qs) over its tile, from one warpgroup, once that warpgroup's
+  // products with the high halves are done; the products that follow read them.
+  auto lowHalves = [&](const auto& tile, auto pair) {
+    warpgroupBarrier(wg);
+    for (int i = wtid; i < C * DK / 2; i += kWarpgroupThreads) {
+      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2;
+      sts32(tile.at(t, c), lowHalf2<T>(pair(t, c)));
+    }
+    fenceToAsyncProxy();
+    warpgroupBarrier(wg);
+  };
 
   // Each warpgroup runs its own phases between CTA barriers (its accumulators live only in its
   // branch): 1. D and dq_inter (0), dk_inter (1), A^T (2); 2. dq and dk off-diagonal blocks, then
@@ -309,18 +344,22 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       const auto fB = thr.partition_fragment_B(tKst.tensor()(_, _, 0));
       Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
 #pragma unroll 1
-      for (int j = 0; j < kDiagRefs; ++j) {  // s in block j: rows t in later blocks
-        issue(tmp);
-        mma.accumulate_ = GMMA::ScaleOut::Zero;
-        cute::gemm(mma, fA(_, _, j), fB(_, _, j), tmp);
-        commitAndWait(tmp);
-        forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
-          if (t >= NB * (j + 1)) {
-            const float2 f = exp2f2(sub2(bq2(t, c), ref2(j, c)));
-            acc(i) += f.x * tmp(i);
-            acc(i + 1) += f.y * tmp(i + 1);
-          }
-        });
+      for (int half = 0; half < 2; ++half) {  // Ks's high halves, then its low halves
+        if (half == 1) lowHalves(tKs, ksPair);
+#pragma unroll 1
+        for (int j = 0; j < kDiagRefs; ++j) {  // s in block j: rows t in later blocks
+          issue(tmp);
+          mma.accumulate_ = GMMA::ScaleOut::Zero;
+          cute::gemm(mma, fA(_, _, j), fB(_, _, j), tmp);
+          commitAndWait(tmp);
+          forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
+            if (t >= NB * (j + 1)) {
+              const float2 f = exp2f2(sub2(bq2(t, c), ref2(j, c)));
+              acc(i) += f.x * tmp(i);
+              acc(i + 1) += f.y * tmp(i + 1);
+            }
+          });
+        }
       }
       // diagonal block by decay chains: s walks down the block while f carries
       // e^{bq_t - b_s} = prod_{u = s + 1}^{t'} e^{g_u} (t' = t, or t - 1 exclusive) per (row,
@@ -388,18 +427,22 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       const auto fB = thr.partition_fragment_B(tQst.tensor()(_, _, 0));
       Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
 #pragma unroll 1
-      for (int i = 1; i <= kDiagRefs; ++i) {  // t in block i: rows s in earlier blocks
-        issue(tmp);
-        mma.accumulate_ = GMMA::ScaleOut::Zero;
-        cute::gemm(mma, fA(_, _, i), fB(_, _, i), tmp);
-        commitAndWait(tmp);
-        forEachPair<typename G::MmaXS>(cX, [&](int r, int s, int c) {
-          if (s < NB * i) {
-            const float2 f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
-            acc(r) += f.x * tmp(r);
-            acc(r + 1) += f.y * tmp(r + 1);
-          }
-        });
+      for (int half = 0; half < 2; ++half) {  // Qs's high halves, then its low halves
+        if (half == 1) lowHalves(tQs, qsPair);
+#pragma unroll 1
+        for (int i = 1; i <= kDiagRefs; ++i) {  // t in block i: rows s in earlier blocks
+          issue(tmp);
+          mma.accumulate_ = GMMA::ScaleOut::Zero;
+          cute::gemm(mma, fA(_, _, i), fB(_, _, i), tmp);
+          commitAndWait(tmp);
+          forEachPair<typename G::MmaXS>(cX, [&](int r, int s, int c) {
+            if (s < NB * i) {
+              const float2 f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
+              acc(r) += f.x * tmp(r);
+              acc(r + 1) += f.y * tmp(r + 1);
+            }
+          });
+        }
       }
       // diagonal block by decay chains: t walks up the block while f carries e^{bq_t - b_s} per
       // (row s, channel): 1 at t = s (s + 1 exclusive), times e^{g_t} (e^{g_{t-1}} exclusive) a

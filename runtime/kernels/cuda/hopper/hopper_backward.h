@@ -8,9 +8,10 @@
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_grad.cuh),
-//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default since the
-//    kernel lab checked them on the H200 (1.5x faster than those passes, bench/NOTES.md);
-//    LINAC_HOPPER_DIAG_BWD=0 turns them off.
+//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
+//    inclusive readout since the kernel lab and `linac verify` checked them on the H200 (1.5x
+//    faster than those passes, bench/NOTES.md); LINAC_HOPPER_DIAG_BWD=0 turns them off, =1 takes
+//    the exclusive readout (RWKV-6) too, whose d_w misses the bf16 gate there (backward.cu).
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -30,19 +31,20 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
               const RecurrenceBackwardArgs& args, int64_t num_seqs, cudaStream_t stream);
 
-/// Whether diagonalStateScan() and diagonalGrad() take this call: LINAC_HOPPER_DIAG_BWD != 0, a Hopper device
-/// with the sm_90a code built, 16-bit inputs, dk and dv in {64, 128}.
-bool diagonalGradSupported(DType dtype, const RecurrenceShape& shape);
+/// Whether diagonalStateScan() and diagonalGrad() take this call: the inclusive readout (both readouts
+/// with LINAC_HOPPER_DIAG_BWD=1, neither with =0), a Hopper device with the sm_90a code built,
+/// 16-bit inputs, dk and dv in {64, 128}.
+bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
 /// non-null) of every sequence and head: chunk_backward_diagonal.cu's pass 1
 /// (chunk_backward_diagonal_scan.cu) on wgmma. Supported where diagonalGradSupported is.
-void diagonalStateScan(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
-                       cudaStream_t stream);
+void diagonalStateScan(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                       const DiagGradParams& params, cudaStream_t stream);
 
 /// dq, dk, dv, d_g and the d_u partials (each when non-null) of every chunk slot and head, from
 /// the state workspaces diagonalStateScan() wrote.
-void diagonalGrad(DType dtype, const RecurrenceShape& shape, const DiagGradParams& params,
-                  int64_t slots, cudaStream_t stream);
+void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
+                  const DiagGradParams& params, int64_t slots, cudaStream_t stream);
 
 }  // namespace linac::kernels::cuda::hopper

@@ -15,28 +15,34 @@
 // one thread per column of X by forward substitution, x_i = delta_ij - sum_{s < i} A[i][s] x_s.
 #pragma once
 
+#include "tiles.cuh"
+
+#include <cstdint>
+
 namespace linac::kernels::cuda::hopper {
 
 constexpr int kInverseBlock = 16;  // rows per block of the blockwise inverse
 
 /// Column j of X = (I + A)^-1 in x, by forward substitution in fp32 (A [C][ld] fp32 in shared
-/// memory, strictly lower; every thread reads the same rows, as broadcast 16-byte vectors, so ld is
-/// a multiple of 4). Each row's sum runs as four partial sums, one per lane of the vector, added
-/// pairwise at the end: the dependent chain of row i is ~i / 4 FMAs instead of i (a column of C = 64
-/// rows was ~2,000 dependent FMAs, the preparation's longest latency chain).
+/// memory, strictly lower, 16-byte aligned rows: ld is a multiple of 4). Every thread reads the same
+/// rows, as broadcast 16-byte loads (lds128: written as a plain float4 read, the compiler split each
+/// into four 4-byte loads, one per FMA: 2,016 of each per column at C = 64, ncu's largest share of
+/// the preparation). Each row's sum runs as four partial sums, one per lane of the vector, added
+/// pairwise at the end: the dependent chain of row i is ~i / 4 FMAs instead of i.
 template <int C>
 __device__ void unitLowerColumn(const float* a, int ld, int j, float (&x)[C]) {
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(a));
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    const float4* row = reinterpret_cast<const float4*>(&a[i * ld]);
+    const uint32_t row = base + uint32_t(i * ld) * sizeof(float);
 #pragma unroll
     for (int e4 = 0; e4 < (i + 3) / 4; ++e4) {
-      const float4 a4 = row[e4];
-      s0 = fmaf(a4.x, x[4 * e4], s0);
-      if (4 * e4 + 1 < i) s1 = fmaf(a4.y, x[4 * e4 + 1], s1);
-      if (4 * e4 + 2 < i) s2 = fmaf(a4.z, x[4 * e4 + 2], s2);
-      if (4 * e4 + 3 < i) s3 = fmaf(a4.w, x[4 * e4 + 3], s3);
+      const uint4 a4 = lds128(row + e4 * sizeof(float4));
+      s0 = fmaf(__uint_as_float(a4.x), x[4 * e4], s0);
+      if (4 * e4 + 1 < i) s1 = fmaf(__uint_as_float(a4.y), x[4 * e4 + 1], s1);
+      if (4 * e4 + 2 < i) s2 = fmaf(__uint_as_float(a4.z), x[4 * e4 + 2], s2);
+      if (4 * e4 + 3 < i) s3 = fmaf(__uint_as_float(a4.w), x[4 * e4 + 3], s3);
     }
     x[i] = (i == j ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
   }
