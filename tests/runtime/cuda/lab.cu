@@ -24,9 +24,10 @@
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
 //                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
-//   --hopper-diag-bwd  the diagonal decay's Hopper backward stages for both readouts (bf16 /
-//                 fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1; the default takes them
-//                 for the inclusive readout only, LINAC_HOPPER_DIAG_BWD=0 for neither)
+//   --hopper-diag-bwd  the diagonal decay's Hopper backward stages for both readouts, Ks and Qs
+//                 as two 16-bit halves (bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1;
+//                 the default takes them for the inclusive readout only, in one half each;
+//                 LINAC_HOPPER_DIAG_BWD=0 for neither)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape

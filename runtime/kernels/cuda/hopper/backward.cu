@@ -139,6 +139,14 @@ bool diagonalGradEnabled(bool exclusive) {
   return std::string(env) != "0";
 }
 
+/// Whether the gradient stage takes Ks and Qs as high and low halves (diag_grad.cuh), the fix of
+/// that d_w, written after the H200 call and not yet run on a GPU: with LINAC_HOPPER_DIAG_BWD=1
+/// only, so that the default (inclusive) path stays the one the H200 checked.
+bool diagonalLowHalves() {
+  const char* env = std::getenv("LINAC_HOPPER_DIAG_BWD");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace
 
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
@@ -161,7 +169,9 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
                   int64_t slots, cudaStream_t stream) {
   LINAC_REQUIRE(diagonalGradSupported(kind, dtype, s), "hopper diagonalGrad: unsupported call");
   if (slots <= 0) return;
-  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(p, slots, stream); });
+  DiagGradParams q = p;
+  q.low_halves = diagonalLowHalves() ? 1 : 0;
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, stream); });
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,

@@ -35,7 +35,8 @@
 // (dg's rows serve it as scratch before their final value): deterministic, no atomics.
 // Roundings: S_c, dS_{c+1} (stored so by the state passes; <S_c, dS_{c+1}> is summed from them),
 // D, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks' chains are
-// fp32. Ks and Qs enter as a 16-bit pair, high half then low half (x - round(x), over the same
+// fp32. Ks and Qs enter as a 16-bit pair with kLowHalves (p.low_halves: LINAC_HOPPER_DIAG_BWD=1 until
+// it has run on a GPU; high halves alone otherwise), high half then low half (x - round(x), over the same
 // tiles once the high products are done): a pair (t, s) of one chunk reaches d_g twice, through
 // Ks in q dq' and through Qs in k dk_intra, and cancels there unless both are near exact. Rounded
 // to 16 bits once, the residue of the large intra-chunk terms swamped the small d_g of strongly
@@ -153,7 +154,7 @@ __device__ __forceinline__ void chainStep(Acc& acc, float (&f)[kRegs], int part,
   }
 }
 
-template <class T, int DK, int DV>
+template <class T, int DK, int DV, bool kLowHalves>
 __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const DiagGradParams p) {
   using Tiles = DiagGradTiles<T, DK, DV>;
   using G = typename Tiles::G;
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       const auto fB = thr.partition_fragment_B(tKst.tensor()(_, _, 0));
       Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
 #pragma unroll 1
-      for (int half = 0; half < 2; ++half) {  // Ks's high halves, then its low halves
+      for (int half = 0; half < (kLowHalves ? 2 : 1); ++half) {  // Ks's high halves, then its low halves
         if (half == 1) lowHalves(tKs, ksPair);
 #pragma unroll 1
         for (int j = 0; j < kDiagRefs; ++j) {  // s in block j: rows t in later blocks
@@ -427,7 +428,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       const auto fB = thr.partition_fragment_B(tQst.tensor()(_, _, 0));
       Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});
 #pragma unroll 1
-      for (int half = 0; half < 2; ++half) {  // Qs's high halves, then its low halves
+      for (int half = 0; half < (kLowHalves ? 2 : 1); ++half) {  // Qs's high halves, then its low halves
         if (half == 1) lowHalves(tQs, qsPair);
 #pragma unroll 1
         for (int i = 1; i <= kDiagRefs; ++i) {  // t in block i: rows s in earlier blocks
@@ -662,7 +663,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
 /// The stage over every chunk slot and head (diag_grad_<dtype>.cu instantiate it).
 template <class T, int DK, int DV>
 void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
-  auto kernel = diagGradKernel<T, DK, DV>;
+  auto kernel = p.low_halves ? diagGradKernel<T, DK, DV, true> : diagGradKernel<T, DK, DV, false>;
   constexpr size_t bytes = DiagGradTiles<T, DK, DV>::kSmemBytes;
   static_assert(bytes <= 227 * 1024, "one CTA per SM: an H100 / H200 SM offers 227 KiB");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));

@@ -34,6 +34,7 @@ struct DiagGradParams {
   int value_dim;          // dv
   float scale;
   int exclusive;          // Readout == ExclusiveBonus
+  int low_halves;         // Ks and Qs also as low 16-bit halves (diag_grad.cuh; backward.cu says when)
 };
 
 }  // namespace linac::kernels::cuda::hopper
