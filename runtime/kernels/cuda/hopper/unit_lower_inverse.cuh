@@ -1,18 +1,18 @@
 // X = (I + A)^-1 for the strictly lower triangular C x C matrix A of the delta rule's WY / UT form
-// (delta_prepare.cuh), in fp32 shared memory, by 16 x 16 blocks so that every thread of the CTA
-// works and no dependency chain is longer than a block: with blocks a, b of kBlock rows,
-//   X_aa = (I + A_aa)^-1                       forward substitution, one thread per block column
-//   X_ab = -X_aa (sum_{b <= c < a} A_ac X_cb)  for a > b, by distance a - b = 1, 2, 3
-// (the second line is row block a of (I + A) X = I below the diagonal). fp32 throughout, as the
-// column substitution it replaces; only the order of the sums differs.
+// (delta_prepare.cuh, delta_bwd_prepare.cuh), in fp32 shared memory.
 //
-// In place, in the matrix that holds A ([C][ld] floats, row t, column s): X_aa's strictly lower
-// part overwrites A_aa's (its unit diagonal is implicit); X_ab (a > b) goes to the mirrored block of
-// the upper triangle, element (t, s) at [s][t], which A leaves zero and nothing else reads. xAt()
-// reads X back from that layout.
+// unitLowerColumn() is the default both preparations take: one thread per column of X by forward
+// substitution, x_i = delta_ij - sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each).
 //
-// unitLowerColumn() is the default both preparations take (delta_prepare.cuh, delta_bwd_prepare.cuh):
-// one thread per column of X by forward substitution, x_i = delta_ij - sum_{s < i} A[i][s] x_s.
+// unitLowerInverse() (opt-in, LINAC_HOPPER_BLOCK_INVERSE=1) works on two 32-row halves so that
+// every warp of the warpgroup works and the longest dependent chain is a 32-row substitution:
+//   X11 = (I + A11)^-1,  X22 = (I + A22)^-1   warps 0 and 1, a lane per column (unitLowerColumn)
+//   Y   = A21 X11                              every thread, a 2 x 4 tile each
+//   X21 = -X22 Y                               every thread
+// (the last two are row block 2 of (I + A) X = I below the diagonal). fp32 throughout; only the
+// order of the sums differs from the column substitution. In place, in the matrix that holds A
+// ([C][ld] floats, row t, column s): X's strict lower part where A's was (the unit diagonal
+// implicit); Y in the upper-right block, which A leaves zero and xAt() never reads.
 #pragma once
 
 #include "tiles.cuh"
@@ -21,7 +21,7 @@
 
 namespace linac::kernels::cuda::hopper {
 
-constexpr int kInverseBlock = 16;  // rows per block of the blockwise inverse
+constexpr int kInverseHalf = 32;  // rows of each half of the blockwise inverse
 
 /// Column j of X = (I + A)^-1 in x, by forward substitution in fp32 (A [C][ld] fp32 in shared
 /// memory, strictly lower, 16-byte aligned rows: ld is a multiple of 4). Every thread reads the same
@@ -50,95 +50,80 @@ __device__ void unitLowerColumn(const float* a, int ld, int j, float (&x)[C]) {
 
 /// X[t][s] from the layout unitLowerInverse() leaves in `a` (row stride ld).
 __device__ inline float xAt(const float* a, int ld, int t, int s) {
-  if (t / kInverseBlock == s / kInverseBlock) return t > s ? a[t * ld + s] : (t == s ? 1.f : 0.f);
-  return t > s ? a[s * ld + t] : 0.f;
+  return t > s ? a[t * ld + s] : (t == s ? 1.f : 0.f);
 }
 
-/// Replaces A ([C][ld] fp32 shared, strictly lower, zeros elsewhere) by X = (I + A)^-1 in the layout
-/// above. Every one of the kThreads threads calls it; it ends with a barrier.
+/// Four consecutive floats of shared memory (16-byte aligned) as a float4.
+__device__ inline float4 ldsFloat4(const float* p) {
+  const uint4 v = lds128(static_cast<uint32_t>(__cvta_generic_to_shared(p)));
+  return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+}
+
+__device__ inline void stsFloat4(float* p, float4 v) {
+  sts128(static_cast<uint32_t>(__cvta_generic_to_shared(p)),
+         make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)));
+}
+
+/// Replaces A ([C][ld] fp32 shared, strictly lower, zeros elsewhere, 16-byte aligned rows) by
+/// X = (I + A)^-1 in the layout above. Every one of the kThreads threads calls it; it ends with a
+/// barrier.
 template <int C, int kThreads>
 __device__ void unitLowerInverse(float* a, int ld) {
-  constexpr int NB = kInverseBlock, kBlocks = C / NB;
-  static_assert(C % NB == 0 && kBlocks * NB <= kThreads, "one thread per block column");
-  const int tid = threadIdx.x;
+  constexpr int H = kInverseHalf;
+  static_assert(C == 2 * H && kThreads == 128, "two halves of 32 rows, a 2 x 4 tile a thread");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  // Diagonal blocks: thread (block, column j) substitutes down its column in registers, then
-  // writes it once every thread of the block has read the rows it needs.
-  float x[NB];
-  const int blk = tid / NB, j = tid % NB, r0 = blk * NB;
-  const bool diagonalWorker = tid < kBlocks * NB;
-  if (diagonalWorker) {
+  // X11 and X22: warp w substitutes down column `lane` of diagonal block w, then writes it over
+  // A's block once every lane of the warp has read the rows.
+  if (warp < 2) {
+    float* block = a + warp * H * (ld + 1);
+    float x[H];
+    unitLowerColumn<H>(block, ld, lane, x);
+    __syncwarp();
 #pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const float* row = a + (r0 + i) * ld + r0;
-      float s = 0.f;
-#pragma unroll
-      for (int k = 0; k < i; ++k) s += row[k] * x[k];
-      x[i] = (i == j ? 1.f : 0.f) - s;
-    }
-  }
-  __syncthreads();
-  if (diagonalWorker) {
-#pragma unroll
-    for (int i = 0; i < NB; ++i)
-      if (i > j) a[(r0 + i) * ld + r0 + j] = x[i];
+    for (int i = 0; i < H; ++i)
+      if (i > lane) block[i * ld + lane] = x[i];
   }
   __syncthreads();
 
-  // Off-diagonal blocks by distance d: first Y_ab = sum_c A_ac X_cb into X_ab's slot (reading only
-  // blocks of smaller distance), then X_ab = -X_aa Y_ab in registers and back into the slot.
-  constexpr int kPerBlock = NB * NB;
-  constexpr int kMaxItems = (kBlocks - 1) * kPerBlock;  // distance 1 has the most blocks
-  constexpr int kPerThread = (kMaxItems + kThreads - 1) / kThreads;
+  // Both products: a thread owns rows r0, r0 + 1 and columns c0 .. c0 + 3 of the 32 x 32 result.
+  // The stored blocks hold X's strict lower part and zeros (A's diagonal is 0), so each product
+  // starts from the unit diagonal's term.
+  const int r0 = 2 * (tid / 8), c0 = 4 * (tid % 8);
+  float* a21 = a + H * ld;        // A21, then X21: rows H.., columns 0..
+  float* y = a + H;               // Y: the upper-right block (A's zeros), rows 0.., columns H..
+  const float* x22 = a21 + H;     // X22's strict lower part
+  float4 acc[2];
 #pragma unroll
-  for (int d = 1; d < kBlocks; ++d) {
-    const int items = (kBlocks - d) * kPerBlock;
-    float y[kPerThread];
+  for (int r = 0; r < 2; ++r) acc[r] = ldsFloat4(a21 + (r0 + r) * ld + c0);  // A21 I
+#pragma unroll 8
+  for (int k = 0; k < H; ++k) {  // Y = A21 X11
+    const float4 xk = ldsFloat4(a + k * ld + c0);
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
-      const int item = tid + e * kThreads;
-      y[e] = 0.f;
-      if (item >= items) continue;
-      const int b = item / kPerBlock, ab = b + d;  // block (ab, b)
-      const int t = ab * NB + (item % kPerBlock) / NB, s = b * NB + item % NB;
-      const float* rowA = a + t * ld;
-      float acc0 = 0.f, acc1 = 0.f;  // two chains: even and odd k
-      for (int k = b * NB; k < ab * NB; k += 2) {
-        acc0 += rowA[k] * xAt(a, ld, k, s);
-        acc1 += rowA[k + 1] * xAt(a, ld, k + 1, s);
-      }
-      y[e] = acc0 + acc1;
+    for (int r = 0; r < 2; ++r) {
+      const float e = a21[(r0 + r) * ld + k];
+      acc[r] = make_float4(fmaf(e, xk.x, acc[r].x), fmaf(e, xk.y, acc[r].y), fmaf(e, xk.z, acc[r].z),
+                           fmaf(e, xk.w, acc[r].w));
     }
-#pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
-      const int item = tid + e * kThreads;
-      if (item >= items) continue;
-      const int b = item / kPerBlock, ab = b + d;
-      const int t = ab * NB + (item % kPerBlock) / NB, s = b * NB + item % NB;
-      a[s * ld + t] = y[e];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
-      const int item = tid + e * kThreads;
-      if (item >= items) continue;
-      const int b = item / kPerBlock, ab = b + d;
-      const int ti = (item % kPerBlock) / NB, t = ab * NB + ti, s = b * NB + item % NB;
-      float acc = a[s * ld + t];  // X_aa's unit diagonal times Y_ab
-      for (int k = 0; k < ti; ++k) acc += a[t * ld + ab * NB + k] * a[s * ld + ab * NB + k];
-      y[e] = -acc;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
-      const int item = tid + e * kThreads;
-      if (item >= items) continue;
-      const int b = item / kPerBlock, ab = b + d;
-      const int t = ab * NB + (item % kPerBlock) / NB, s = b * NB + item % NB;
-      a[s * ld + t] = y[e];
-    }
-    __syncthreads();
   }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) stsFloat4(y + (r0 + r) * ld + c0, acc[r]);
+  __syncthreads();
+#pragma unroll 8
+  for (int k = 0; k < H; ++k) {  // X21 = -(I + lower(X22)) Y: acc already holds I Y
+    const float4 yk = ldsFloat4(y + k * ld + c0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float e = x22[(r0 + r) * ld + k];
+      acc[r] = make_float4(fmaf(e, yk.x, acc[r].x), fmaf(e, yk.y, acc[r].y), fmaf(e, yk.z, acc[r].z),
+                           fmaf(e, yk.w, acc[r].w));
+    }
+  }
+  // A21 is read only by the first product, so X21 may go over it while others still read Y, X22
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    stsFloat4(a21 + (r0 + r) * ld + c0, make_float4(-acc[r].x, -acc[r].y, -acc[r].z, -acc[r].w));
+  __syncthreads();
 }
 
 }  // namespace linac::kernels::cuda::hopper
