@@ -29,6 +29,11 @@
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
 #
+#   bash bench/run_h200.sh fit [seconds]
+#     `linac train --find-batch` (issue 14's largest batch x sequence that fits): FIT_MODELS (default
+#     "gated_deltanet:340m gla:340m gated_deltanet:1.3b") at 3:1, T=4096 (FIT_SEQ), vocab 32000,
+#     with and without --checkpointing; one JSON line each into $OUT/fit.jsonl.
+#
 #   bash bench/run_h200.sh gputests [seconds]
 #     the ctest entries labelled gpu (CUDA layers, generation parity, fla import parity) in a
 #     tests-enabled CUDA build; carry .deps/googletest (bench/fetch_deps.sh) and .fla/site.
@@ -67,7 +72,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|reproduce|parity [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|fit|gputests|checks|reproduce|parity [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -377,6 +382,21 @@ profiled() {
   done
 }
 
+# `linac train --find-batch` for each spec:preset of FIT_MODELS, plain and with --checkpointing:
+# the trials (batch, peak memory, step time) and the largest batch, as JSON lines in $OUT/fit.jsonl.
+fit() {
+  build || exit 1
+  : > "$OUT/fit.jsonl"
+  for item in ${FIT_MODELS:-gated_deltanet:340m gla:340m gated_deltanet:1.3b}; do
+    for ck in "" --checkpointing; do
+      phase 200 $L train "specs/${item%%:*}.yaml" --preset "${item#*:}" --schedule 3:1 --device cuda \
+        --tokenizer bench/tokenizer32k.model --seq-len "${FIT_SEQ:-4096}" --find-batch $ck > /tmp/fit.log 2>&1
+      echo "fit $item ${ck:-plain} rc=$? ($((SECONDS - start)) s)"; grep -E "^batch|^largest|^not even|error" /tmp/fit.log
+      grep '^{"T"' /tmp/fit.log >> "$OUT/fit.jsonl"
+    done
+  done
+}
+
 # The ctest entries labelled gpu (besides the kernel lab, which `lab` runs): CUDA layers, generation
 # parity, fla import parity, ... in a tests-enabled CUDA build (build-gpu-tests), GoogleTest from
 # the carried .deps/googletest (bench/fetch_deps.sh) since the image has none; carry .fla/site for
@@ -515,6 +535,7 @@ PY
 case "$MODE" in
   prepare) prepare ;;
   profile) profiled ;;
+  fit) fit ;;
   lab) lab ;;
   time) timed ;;
   gputests) gputests ;;
@@ -522,5 +543,5 @@ case "$MODE" in
   reproduce) reproduce ;;
   parity) parity ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|gputests|checks|reproduce|parity [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|fit|gputests|checks|reproduce|parity [seconds]" >&2; exit 2 ;;
 esac

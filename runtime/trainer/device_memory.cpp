@@ -25,4 +25,15 @@ void resetPeakAllocated(const torch::Device& device) {
     c10::getDeviceAllocator(device.type())->resetPeakStats(indexOf(device));
 }
 
+void releaseCachedMemory(const torch::Device& device) {
+  if (!device.is_cpu())
+    c10::getDeviceAllocator(device.type())->emptyCache();
+}
+
+std::optional<int64_t> deviceTotalBytes(const torch::Device& device) {
+  if (device.is_cpu())
+    return std::nullopt;
+  return static_cast<int64_t>(at::accelerator::getMemoryInfo(indexOf(device)).second);
+}
+
 }  // namespace linac::trainer

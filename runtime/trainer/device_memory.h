@@ -17,4 +17,11 @@ std::optional<int64_t> peakAllocatedBytes(const torch::Device& device);
 /// Starts a new peak at the bytes allocated now; nothing on the CPU.
 void resetPeakAllocated(const torch::Device& device);
 
+/// Returns the allocator's cached, unused blocks to the device (after an out-of-memory error, so
+/// that the next attempt starts from what is really in use); nothing on the CPU.
+void releaseCachedMemory(const torch::Device& device);
+
+/// The device's total memory in bytes; nullopt on the CPU.
+std::optional<int64_t> deviceTotalBytes(const torch::Device& device);
+
 }  // namespace linac::trainer

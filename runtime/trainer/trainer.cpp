@@ -298,6 +298,20 @@ std::pair<double, double> Trainer::readSteps() {
 
 void Trainer::setRunFiles(std::vector<RunFile> files) { runFiles_ = std::move(files); }
 
+Trainer::StepMeasurement Trainer::measureStep() {
+  module_->train();
+  resetPeakAllocated(config_.device);
+  const auto start = std::chrono::steady_clock::now();
+  pending_.clear();
+  nonFinite_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(config_.device));
+  trainStep(0);
+  readSteps();  // the step's values: a device sync, and a TrainError if one is not finite
+  StepMeasurement m;
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.peakBytes = peakAllocatedBytes(config_.device);
+  return m;
+}
+
 EvalStats Trainer::evaluate(int64_t step) { return *evaluateUntilStopped(step, /*interruptible=*/false); }
 
 std::optional<EvalStats> Trainer::evaluateUntilStopped(int64_t step, bool interruptible) {

@@ -248,6 +248,16 @@ public:
   /// Finish the current step, checkpoint and return from run(); safe from any thread.
   void requestStop();
 
+  /// One optimizer step at config.batch outside any run: no run directory, checkpoint, metrics or
+  /// progress line. Its values are read back (a device sync) and checked finite. The device's peak
+  /// is taken from this step alone (nullopt on the CPU). For finding the batch that fits
+  /// (batch_fit.h); an out-of-memory error reaches the caller as c10::OutOfMemoryError.
+  struct StepMeasurement {
+    double seconds = 0.0;
+    std::optional<int64_t> peakBytes;
+  };
+  StepMeasurement measureStep();
+
   /// Where progress lines go (default std::cout); nullptr silences them.
   void setProgressStream(std::ostream* out) { progress_ = out; }
 

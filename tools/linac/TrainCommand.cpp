@@ -18,6 +18,8 @@
 #include "eval/run_model.h"
 #include "linac/Spec/SpecParser.h"
 #include "model/model.h"
+#include "trainer/batch_fit.h"
+#include "trainer/device_memory.h"
 #include "trainer/run_dir.h"
 #include "trainer/trainer.h"
 #ifdef LINAC_HAVE_DISTRIBUTED  // data parallel (runtime/distributed): --nproc, torchrun env
@@ -25,6 +27,7 @@
 #include "distributed/grad_reducer.h"
 #endif
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <climits>
@@ -66,6 +69,8 @@ constexpr int64_t kDefaultEvalBatches = 50;
 constexpr double kHeldOutFraction = 0.01;
 /// Hex digits of a SHA-256 shown in messages.
 constexpr size_t kShownHashChars = 12;
+/// --find-batch's cap on a GPU: 1024 sequences (4M tokens a step at T = 4096).
+constexpr int64_t kDefaultMaxBatch = 1024;
 
 /// [N, seqLen + 1] windows over the held-out tokens (consecutive windows share one token: the
 /// last target of one is the first input of the next), for evaluation.
@@ -164,8 +169,31 @@ struct TrainFlags {
   int64_t profile = 0;
   bool resume = false, overwrite = false, acceptChanges = false, noOverlap = false, checkpointing = false;
   bool varlen = false, deterministic = false;
+  bool findBatch = false;
+  int64_t maxBatch = 0;  // --find-batch's cap; 0: kDefaultMaxBatch on a GPU, required on the CPU
 };
 
+/// --find-batch's summary and its JSON line (bench/results' "fit" rows); exit 0 when a batch fit.
+int reportBatchFit(const trainer::BatchFit& fit, const trainer::TrainConfig& tc, const eval::RunInputs& in,
+                   int64_t params, int64_t vocab, bool checkpointing) {
+  const std::optional<int64_t> total = trainer::deviceTotalBytes(tc.device);
+  nlohmann::json row = {{"bench", "fit"},        {"spec", in.spec},          {"schedule", in.schedule},
+                        {"preset", in.preset},   {"params", params},         {"vocab", vocab}, {"T", tc.seqLen},
+                        {"device", tc.device.str()}, {"largest_batch", fit.largest}, {"capped", fit.capped},
+                        {"checkpointing", checkpointing}};
+  if (total) row["device_bytes"] = *total;
+  nlohmann::json trials = nlohmann::json::array();
+  for (const trainer::FitTrial& t : fit.trials) {
+    nlohmann::json j = {{"batch", t.batch}, {"fits", t.fits}};
+    if (t.fits) j["step_seconds"] = t.seconds;
+    if (t.peakBytes) j["peak_bytes"] = *t.peakBytes;
+    trials.push_back(j);
+  }
+  row["trials"] = trials;
+  std::cout << trainer::describeFit(fit, tc.seqLen, tc.device, total) << "\n";
+  std::cout << row.dump() << std::endl;
+  return fit.largest > 0 ? 0 : 1;
+}
 
 int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv) {
   if (!f.config.empty()) applyYamlConfig(app, f.config);  // the command line's flags win
@@ -285,6 +313,20 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
     throw UsageError("--steps, --batch, --accumulation must be >= 1 and --seq-len >= 2");
   if (tc.evalBatches < 0) throw UsageError("--eval-batches must be >= 0 (0: all held-out windows)");
   const std::string& fusedLoss = f.fusedLoss;
+  // --find-batch: the search's cap (trainer/batch_fit.h); the CPU's allocator has no limit to find.
+  int64_t maxBatch = f.maxBatch;
+  if (f.findBatch) {
+    if (nproc > 1 || resume || f.profile > 0)
+      throw UsageError("--find-batch measures one process's steps and trains no run: not with --nproc, --resume "
+                       "or --profile");
+    if (maxBatch == 0 && tc.device.is_cpu())
+      throw UsageError("--find-batch on the CPU needs --max-batch: the CPU's memory has no allocator limit to find, "
+                       "so the search would stop only when the machine runs out");
+    if (maxBatch == 0) maxBatch = kDefaultMaxBatch;
+    if (maxBatch < 1) throw UsageError("--max-batch must be >= 1");
+  } else if (has("max-batch")) {
+    throw UsageError("--max-batch is the cap of --find-batch");
+  }
   // --profile N: N steps after the warm-up, into RUN_DIR/profile (trainer/step_profile.h).
   tc.profileSteps = f.profile;
   // Token ids' width: checked against shard headers; the width of headerless .bin files.
@@ -324,7 +366,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   // The run directory is locked and checked before the data is read and the model built; the
   // trainer checks again under the same lock before it writes anything.
   std::optional<trainer::RunLock> lock;
-  if (master) {
+  if (master && !f.findBatch) {  // --find-batch trains no run: it leaves --out untouched
     lock.emplace(tc.outDir);
     refusalsAsUsage([&] { return trainer::checkRunDirectory(tc, runFiles); });
   }
@@ -392,7 +434,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   } else {
     heldOutTokens = std::move(corpus.heldOut);
   }
-  std::cout << "run directory: " << tc.outDir << "\n";
+  if (!f.findBatch) std::cout << "run directory: " << tc.outDir << "\n";
 
   // The baseline: the unigram entropy of the training tokens (of the held-out ones for shards,
   // which are not read in full).
@@ -451,16 +493,27 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
     hooks.isLoggingRank = dist->isMaster();
   }
 #endif
-  trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
-  t.setRunFiles(runFiles);
   // The LM head and the loss in chunks of tokens (never the [tokens, vocab] logits), unless
   // --fused-loss off: the logits, then cross_entropy.
-  if (fusedLoss == "on")
-    t.setLoss([&](const torch::Tensor& inputs, const torch::Tensor& targets) {
-      if (!separator) return lm->loss(inputs, targets);
-      const model::Documents documents = model::documentsEndingWith(inputs, *separator);
-      return lm->loss(inputs, targets, &documents);
-    });
+  auto fusedLossFn = [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
+    if (!separator) return lm->loss(inputs, targets);
+    const model::Documents documents = model::documentsEndingWith(inputs, *separator);
+    return lm->loss(inputs, targets, &documents);
+  };
+  if (f.findBatch) {
+    auto makeTrainer = [&](int64_t batch) {
+      trainer::TrainConfig trial = tc;
+      trial.batch = batch;
+      auto t = std::make_unique<trainer::Trainer>(trial, lm.ptr(), forward, *trainStream, heldOut, hooks);
+      if (fusedLoss == "on") t->setLoss(fusedLossFn);
+      return t;
+    };
+    return reportBatchFit(trainer::findLargestBatch(makeTrainer, *lm, tc.device, tc.seqLen, maxBatch, &std::cout),
+                          tc, in, lm->parameterCount(), mc.preset.vocab, lm->checkpointing());
+  }
+  trainer::Trainer t(tc, lm.ptr(), forward, *trainStream, heldOut, hooks);
+  t.setRunFiles(runFiles);
+  if (fusedLoss == "on") t.setLoss(fusedLossFn);
   trainer::TrainResult result = refusalsAsUsage([&] { return t.run(); });
   // Stopped by a signal (or another rank's): 128 + the signal, as a shell reports a killed
   // process (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); never 0, and no end-of-run evaluation.
@@ -560,6 +613,11 @@ Command addTrainCommand(CLI::App& root) {
   app->add_flag("--deterministic", f->deterministic,
                 "the same bits on every run: torch's deterministic algorithms, and an error for a linac CUDA "
                 "kernel that sums with atomics (the exact backward, the fp32 / pre-Hopper delta backward)");
+  app->add_flag("--find-batch", f->findBatch,
+                "instead of training: the largest --batch whose training step (forward, backward, AdamW) fits the "
+                "device at --seq-len, by doubling then bisecting; prints each trial's peak memory, writes no run");
+  app->add_option("--max-batch", f->maxBatch, "--find-batch: the largest batch to try")
+      ->default_str(std::to_string(kDefaultMaxBatch) + " on a GPU; required on the CPU");
   app->add_flag("--varlen", f->varlen,
                 "keep the documents packed into a window apart (as flame's varlen training): each starts from a "
                 "zero state, its own positions and attention, at the token after a document separator");
