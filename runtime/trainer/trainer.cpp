@@ -304,7 +304,7 @@ Trainer::StepMeasurement Trainer::measureStep() {
   const auto start = std::chrono::steady_clock::now();
   pending_.clear();
   nonFinite_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(config_.device));
-  trainStep(0);
+  trainStep(1);  // a run's first step (its warm-up learning rate)
   readSteps();  // the step's values: a device sync, and a TrainError if one is not finite
   StepMeasurement m;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
