@@ -355,6 +355,7 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
   effective["data-dtype"] = dataDtype.empty() ? std::nullopt : std::optional(dataDtype);
   effective["tokenizer"] = mqarTask ? std::nullopt : std::optional(in.tokenizer);
   effective["mqar-pairs"] = mqarTask ? std::optional(std::to_string(mqarPairs)) : std::nullopt;
+  effective["max-batch"] = std::nullopt;  // --find-batch's cap: no setting of a run
   std::vector<trainer::RunFile> runFiles = run.files;
   trainer::RunFile config{"config.yaml",
                           resolvedConfigYaml(app, effective,
