@@ -29,6 +29,14 @@
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
 #
+#   bash bench/run_h200.sh ab [seconds]
+#     the kernel lab A / B in one call: build-cuda/linac_cuda_lab.gz (this tree's lab, built here with
+#     LAB_BUILD_ONLY=1) and build-cuda/lab_before.gz (the baseline's, built from an earlier commit in
+#     a git worktree), both carried (~29 MB each). The new lab's cases (AB_CASES_ARGS, default
+#     --no-bench), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
+#     then each timing row group of AB_ROWS (default "delta- additive-diag") with the baseline, then
+#     the new lab (AB_BENCH_ARGS), each process with the GPU to itself.
+#
 #   bash bench/run_h200.sh fit [seconds]
 #     `linac train --find-batch` (issue 14's largest batch x sequence that fits): FIT_MODELS (default
 #     "gated_deltanet:340m gla:340m gated_deltanet:1.3b") at 3:1, T=4096 (FIT_SEQ), vocab 32000,
@@ -72,7 +80,7 @@
 # Results under $OUT (8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|profile|fit|gputests|checks|reproduce|parity [seconds]}
+MODE=${1:?usage: bash bench/run_h200.sh prepare|time|all|lab|ab|profile|fit|gputests|checks|reproduce|parity [seconds]}
 BUDGET=${2:-570}
 OUT=${OUT:-out}; mkdir -p "$OUT" build-gpu
 # Triton records absolute paths in its cache index, so the caches live at fixed paths: ALL holds
@@ -382,6 +390,37 @@ profiled() {
   done
 }
 
+# The kernel lab A / B (see the header): correctness of the new lab, then the timing rows of both.
+ab() {
+  local b rows
+  for b in after before; do
+    local gz=build-cuda/linac_cuda_lab.gz
+    [ "$b" = before ] && gz=build-cuda/lab_before.gz
+    gunzip -c "$gz" > "/tmp/lab_$b" && chmod +x "/tmp/lab_$b" || { echo "ab: $gz missing (carry it)"; return 1; }
+  done
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+  phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} > "$OUT/ab_cases.log" 2>&1
+  echo "cases rc=$? ($(grep -c PASS "$OUT/ab_cases.log") pass, $((SECONDS - start)) s)"
+  grep -E "FAIL" "$OUT/ab_cases.log" | head -12
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    local tool
+    : > "$OUT/ab_sanitizer.log"
+    for tool in memcheck racecheck; do
+      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick ${AB_CASES_ARGS:---no-bench} \
+        >> "$OUT/ab_sanitizer.log" 2>&1
+      echo "$tool rc=$? ($((SECONDS - start)) s)"
+    done
+    grep -E "SUMMARY" "$OUT/ab_sanitizer.log"
+  fi
+  for rows in ${AB_ROWS:-delta- additive-diag}; do
+    for b in before after; do
+      phase 60 "/tmp/lab_$b" --bench-only ${AB_BENCH_ARGS:-} --bench-rows "$rows" > "$OUT/ab_${rows%-}_$b.log" 2>&1
+      echo "$rows $b rc=$? ($((SECONDS - start)) s)"
+      grep -E "^[A-Za-z0-9-]+ +(additive|delta)" "$OUT/ab_${rows%-}_$b.log"
+    done
+  done
+}
+
 # `linac train --find-batch` for each spec:preset of FIT_MODELS, plain and with --checkpointing:
 # the trials (batch, peak memory, step time) and the largest batch, as JSON lines in $OUT/fit.jsonl.
 fit() {
@@ -536,6 +575,7 @@ case "$MODE" in
   prepare) prepare ;;
   profile) profiled ;;
   fit) fit ;;
+  ab) ab ;;
   lab) lab ;;
   time) timed ;;
   gputests) gputests ;;
@@ -543,5 +583,5 @@ case "$MODE" in
   reproduce) reproduce ;;
   parity) parity ;;
   all) prepare; timed ;;  # one call when the device time left allows one machine start only
-  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|profile|fit|gputests|checks|reproduce|parity [seconds]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/run_h200.sh prepare|time|all|lab|ab|profile|fit|gputests|checks|reproduce|parity [seconds]" >&2; exit 2 ;;
 esac
