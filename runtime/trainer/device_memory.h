@@ -10,6 +10,9 @@
 
 namespace linac::trainer {
 
+/// Bytes in a GiB, for the peak-memory reports.
+inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
 /// The most bytes the allocator of `device` had allocated at once since the last
 /// resetPeakAllocated (or the start); nullopt on the CPU, which has no such allocator.
 std::optional<int64_t> peakAllocatedBytes(const torch::Device& device);

@@ -1,5 +1,7 @@
 #include "trainer/metrics.h"
 
+#include "trainer/device_memory.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -8,8 +10,6 @@
 
 namespace linac::trainer::detail {
 namespace {
-
-constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 // JSON has no NaN or infinity: they are written as null.
 nlohmann::ordered_json number(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
