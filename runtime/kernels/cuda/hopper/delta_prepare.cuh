@@ -3,12 +3,16 @@
 //
 // Per chunk of C = 64 tokens (b = cumulative log-decay from the chunk start, chunk_decay.cuh):
 //   A[t][s] = beta_t (k_t . k_s) exp(b_t - b_s) for s < t, else 0          (K K^T on wgmma)
+//   P[t][s] = scale (q_t . k_s) exp(b_t - b_s) for s <= t, else 0           (Q K^T, same batch)
 //   X = (I + A)^-1   unit lower triangular, fp32: column j by forward substitution (one thread
 //                    per column: x_i = delta_ij - sum_{s < i} A[i][s] x_s), or with
 //                    p.block_inverse by 16 x 16 blocks on every thread (unit_lower_inverse.cuh)
 //   T = X diag(beta),  W = T diag(exp(b)) K,  U = T V                       (wgmma)
 // so that the state stage's X = U - W S is the chunk's d_t (state_output.cuh). W [B, T, H, dk] and
-// U [B, T, H, dv] are written in the input dtype, as fla's recompute_w_u does.
+// U [B, T, H, dv] are written in the input dtype, as fla's recompute_w_u does; so is P
+// [slots, H, C, C], which the state stage loads instead of computing Q K^T once per value block on
+// its sequential path. q is read by the first batch only, so its tile shares shared memory with
+// A, T and T diag(exp(b)), which are written after it.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -28,18 +32,25 @@ struct DeltaPrepareTiles {
   using Kt = Transposed<K, C, DK>;               // (d, t)
   using V = ColTile<T, kValueBlock, C, kValueBlocks>;  // (v, t, value block)
   using Tm = RowTile<T, C, C>;                   // T and T diag(exp(b)): [t, s]
+  using Q = K;                                   // [t, d]
 
   using MmaKK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;
   using MmaW = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;
   using MmaU = WarpgroupMma<T, C, kValueBlock, C, GMMA::Major::K, GMMA::Major::MN>;
 
   static constexpr int kLdA = C + 4;  // rows of A in 16-byte vectors
-  struct Smem {
-    alignas(1024) T k[cosize_v<K>];
-    alignas(1024) T v[cosize_v<V>];
+  struct AfterFirstBatch {  // written once the first batch (K K^T, Q K^T) has read q
     alignas(1024) T tm[cosize_v<Tm>];
     alignas(1024) T tw[cosize_v<Tm>];
     alignas(16) float a[C * kLdA];
+  };
+  struct Smem {
+    alignas(1024) T k[cosize_v<K>];
+    alignas(1024) T v[cosize_v<V>];
+    union {
+      alignas(1024) T q[cosize_v<Q>];
+      AfterFirstBatch later;
+    };
     float g[C];
     float b[C];
     float beta[C];
@@ -58,7 +69,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
 
   int n;
   int64_t bos, len, chunk;
-  if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk)) return;
+  const int64_t slot = blockIdx.x;
+  if (!slotToChunk<C>(p, slot, n, bos, len, chunk)) return;
   const int tid = threadIdx.x, h = blockIdx.y, H = p.heads;
   const int64_t tok0 = bos + chunk * C;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
@@ -67,11 +79,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const auto tK = smemTile(sm.k, typename Tiles::K{});      // (C, DK)
   const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C)
   const auto tV = smemTile(sm.v, typename Tiles::V{});      // (VB, C, value block)
-  const auto tTm = smemTile(sm.tm, typename Tiles::Tm{});   // (C, C)
-  const auto tTw = smemTile(sm.tw, typename Tiles::Tm{});   // (C, C)
+  const auto tQ = smemTile(sm.q, typename Tiles::Q{});      // (C, DK)
+  const auto tTm = smemTile(sm.later.tm, typename Tiles::Tm{});  // (C, C)
+  const auto tTw = smemTile(sm.later.tw, typename Tiles::Tm{});  // (C, C)
+  float* a = sm.later.a;
 
+  const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
+  loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, q + tok0 * rowK + int64_t(h) * DK, rowK, rows);
   loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, k + tok0 * rowK + int64_t(h) * DK, rowK, rows);
   CUTE_UNROLL
   for (int j = 0; j < Tiles::kValueBlocks; ++j)
@@ -90,33 +106,47 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   typename Tiles::MmaKK mmaKK;
   auto thrKK = mmaKK.get_thread_slice(tid);
   Tensor accA = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});
-  issue(accA);
-  gemm<true>(mmaKK, thrKK.partition_fragment_A(tK.tensor()(_, _, 0)),
-             thrKK.partition_fragment_B(tK.tensor()(_, _, 0)), accA);
-  commitAndWait(accA);
-  __syncthreads();  // sm.b, sm.beta
+  Tensor accP = partition_fragment_C(mmaKK, Shape<Int<C>, Int<C>>{});
+  const auto fK = thrKK.partition_fragment_B(tK.tensor()(_, _, 0));
+  issue(accA, accP);
+  gemm<true>(mmaKK, thrKK.partition_fragment_A(tK.tensor()(_, _, 0)), fK, accA);
+  gemm<true>(mmaKK, thrKK.partition_fragment_A(tQ.tensor()(_, _, 0)), fK, accP);
+  commitAndWait(accA, accP);
+  __syncthreads();  // sm.b, sm.beta; every read of q done (A, T, T diag(exp(b)) take its place)
 
   auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
   using MmaKK = typename Tiles::MmaKK;
-  forEachPair<MmaKK>(accCoords<C, C>(mmaKK), [&](int i, int t, int s) {
+  const auto cA = accCoords<C, C>(mmaKK);
+  // P: exp(b_t - b_s) only where s <= t (above the diagonal it can overflow, and 0 * inf is NaN).
+  T* pChunk = static_cast<T*>(out.p) + (slot * H + h) * int64_t(C) * C;  // [C, C]
+  forEachPair<MmaKK>(cA, [&](int i, int t, int s) {
+    float f0 = p.scale, f1 = p.scale;
+    if constexpr (Decay::kActive) {
+      f0 *= __expf(fminf(decayAt(t) - decayAt(s), 0.f));
+      f1 *= __expf(fminf(decayAt(t) - decayAt(s + 1), 0.f));
+    }
+    *reinterpret_cast<uint32_t*>(pChunk + t * C + s) =
+        pack2<T>(s <= t ? accP(i) * f0 : 0.f, s + 1 <= t ? accP(i + 1) * f1 : 0.f);
+  });
+  forEachPair<MmaKK>(cA, [&](int i, int t, int s) {
     const float bt = sm.beta[t];
     float f0 = bt, f1 = bt;
     if constexpr (Decay::kActive) {
       f0 *= __expf(fminf(decayAt(t) - decayAt(s), 0.f));  // s >= t is masked below
       f1 *= __expf(fminf(decayAt(t) - decayAt(s + 1), 0.f));
     }
-    *reinterpret_cast<float2*>(&sm.a[t * Tiles::kLdA + s]) =
+    *reinterpret_cast<float2*>(&a[t * Tiles::kLdA + s]) =
         make_float2(s < t ? accA(i) * f0 : 0.f, s + 1 < t ? accA(i + 1) * f1 : 0.f);
   });
   __syncthreads();
 
   if (p.block_inverse) {
-    unitLowerInverse<C, kWarpgroupThreads>(sm.a, Tiles::kLdA);
+    unitLowerInverse<C, kWarpgroupThreads>(a, Tiles::kLdA);
     // T = X diag(beta) and T diag(exp(b)), column pairs (j, j + 1) of one row per 4-byte store.
     for (int e = tid; e < C * C / 2; e += kWarpgroupThreads) {
       const int i = e / (C / 2), j = (e % (C / 2)) * 2;
-      const float x0 = xAt(sm.a, Tiles::kLdA, i, j) * sm.beta[j];
-      const float x1 = xAt(sm.a, Tiles::kLdA, i, j + 1) * sm.beta[j + 1];
+      const float x0 = xAt(a, Tiles::kLdA, i, j) * sm.beta[j];
+      const float x1 = xAt(a, Tiles::kLdA, i, j + 1) * sm.beta[j + 1];
       sts32(tTm.at(i, j), pack2<T>(x0, x1));
       if constexpr (Decay::kActive)
         sts32(tTw.at(i, j), pack2<T>(x0 * __expf(decayAt(j)), x1 * __expf(decayAt(j + 1))));
@@ -126,7 +156,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   } else if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
     const int j = tid;
     float x[C];
-    unitLowerColumn<C>(sm.a, Tiles::kLdA, j, x);
+    unitLowerColumn<C>(a, Tiles::kLdA, j, x);
     const float bj = sm.beta[j], fj = Decay::kActive ? __expf(decayAt(j)) : 1.f;
     CUTE_UNROLL
     for (int i = 0; i < C; ++i) {

@@ -22,7 +22,8 @@ struct ForwardParams {
   const float* bonus;    // [H, dk] (exclusive readout) RWKV-6's u
   const void* qd;        // [B, T, H, dk] (diagonal) scale q . exp(bq), diagonal_prepare.cuh
   const void* kd;        // [B, T, H, dk] (diagonal) k . exp(b_last - b)
-  const void* pd;        // [slots, H, C, C] (diagonal) the chunk's decayed, masked, scaled Q K^T
+  const void* pd;        // [slots, H, C, C] (diagonal, delta) the chunk's decayed, masked, scaled
+                         // Q K^T, written by the preparation
   const float* decay;    // [slots, H, dk] (diagonal) exp(b_last) per key channel
   const float* h0;       // [N, H, dk, dv] or null
   void* o;               // [B, T, H, dv]
@@ -43,6 +44,7 @@ struct ForwardParams {
 struct PrepareOutputs {
   void* w;  // [B, T, H, dk]
   void* u;  // [B, T, H, dv]
+  void* p;  // [slots, H, C, C]
 };
 
 }  // namespace linac::kernels::cuda::hopper

@@ -1,7 +1,7 @@
 // Launches of the Hopper forward stages for one (element type, key dim, decay class); the
 // forward_<dtype>_k<dk>.cu files instantiate them so the instantiations compile in parallel.
 //   additive: stateOutputKernel
-//   delta:    deltaPrepareKernel (W, U into a cudaMallocAsync workspace), then stateOutputKernel
+//   delta:    deltaPrepareKernel (W, U, P into a cudaMallocAsync workspace), then stateOutputKernel
 //   diagonal: diagonalPrepareKernel (qd, kd, P, decay into a workspace), then stateOutputKernel
 #pragma once
 
@@ -124,11 +124,13 @@ void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaS
   }
   const size_t wBytes = size_t(tokens) * p.heads * DK * sizeof(T);
   const size_t uBytes = size_t(tokens) * p.heads * p.value_dim * sizeof(T);
+  const size_t pBytes = size_t(slots) * p.heads * kChunk * kChunk * sizeof(T);
   uint8_t* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), wBytes + uBytes, stream));
-  const PrepareOutputs out{ws, ws + wBytes};
+  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), wBytes + uBytes + pBytes, stream));
+  const PrepareOutputs out{ws, ws + wBytes, ws + wBytes + uBytes};
   p.w = out.w;
   p.u = out.u;
+  p.pd = out.p;
   launchPrepareDV<T, DK, Decay>(p, out, slots, stream);
   launchStateOutput<T, DK, Decay, true>(p, stream);
   LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));

@@ -5,12 +5,15 @@
 // Per chunk of C = 64 tokens (b = cumulative log-decay from the chunk start, chunk_decay.cuh;
 // rows past the sequence end are zero):
 //   P  = scale * (Q K^T) . exp(b_t - b_s), kept for s <= t                       [C, C]
+//        (computed here for the additive rule; the delta rule's and the diagonal decay's
+//        preparation writes it, and the state stage loads it per chunk)
 //   X  = V (additive)  or  X = U - W S (delta rule; U, W from delta_prepare.cuh)  [C, BV]
 //   O  = scale * diag(exp(b)) Q S + P X                                           [C, BV]
 //   S <- exp(b_last) S + K^T (diag(exp(b_last - b)) X)                            [dk, BV]
 // (delta: X is the chunk's d_t = beta_t (v_t - S_{t-1}^T exp(g_t) k_t), so the rule is additive in
 // it; recurrence.h.) Products on wgmma (bf16 / fp16 operands, fp32 accumulators), operands in
-// swizzled shared memory (tiles.cuh): Q K^T, Q S and W S in one batch, then P X and K^T X. S's
+// swizzled shared memory (tiles.cuh): Q K^T (additive), Q S and W S (delta) in one batch, then
+// P X and K^T X. S's
 // bf16 copy (v contiguous) is the B operand of Q S and W S. The next chunk's tiles are copied
 // with cp.async into the other of two stages while the current one computes.
 //
@@ -30,6 +33,7 @@ namespace linac::kernels::cuda::hopper {
 template <class T, int DK, int BV, bool kDelta, bool kLate = false, bool kDiag = false>
 struct StateOutputTiles {
   static constexpr int C = kChunk;
+  static constexpr bool kLoadP = kDelta || kDiag;  // P from the preparation (ForwardParams::pd)
   static constexpr int kQwStages = kLate ? 1 : 2;
   using Qw = RowTile<T, C, DK, kQwStages>;  // q, w: [t, d]
   using Qk = RowTile<T, C, DK, 2>;           // k: [t, d], two stages
@@ -37,7 +41,7 @@ struct StateOutputTiles {
   using Xin = ColTile<T, BV, C, 2>;          // v or u: (v, t), two stages
   using X = ColTile<T, BV, C>;               // X, and X . exp(b_last - b): (v, t)
   using S = ColTile<T, BV, DK>;              // S: (v, d)
-  using P = RowTile<T, C, C, kDiag ? 2 : 1>;  // [t, s]; loaded per chunk (two stages) when kDiag
+  using P = RowTile<T, C, C, kLoadP ? 2 : 1>;  // [t, s]; loaded per chunk (two stages) when kLoadP
 
   using MmaQK = WarpgroupMma<T, C, C, DK, GMMA::Major::K, GMMA::Major::K>;    // Q K^T
   using MmaQS = WarpgroupMma<T, C, BV, DK, GMMA::Major::K, GMMA::Major::MN>;  // Q S, W S
@@ -75,6 +79,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
   static_assert(!(kDiag && kDelta), "the delta rule with a diagonal decay has no Hopper stage yet");
   using Tiles = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>;
+  constexpr bool kLoadP = Tiles::kLoadP;
   using MmaQK = typename Tiles::MmaQK;
   using MmaQS = typename Tiles::MmaQS;
   using MmaKX = typename Tiles::MmaKX;
@@ -174,12 +179,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     loadTile<true, C, BV, kWarpgroupThreads>(tXin, stage, xin + tok0 * rowV + int64_t(h) * DV + v0,
                                              rowV, rows);
     stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
-    if constexpr (kDiag) {
+    if constexpr (kLoadP) {
       const int64_t slot = (slot0 + c) * H + h;
       loadTile<false, C, C, kWarpgroupThreads>(tP, stage, static_cast<const T*>(p.pd) + slot * C * C,
                                                C, C);
-      if (tid < DK / 4) copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.decay[stage][4 * tid])),
-                               p.decay + slot * DK + 4 * tid, true);
+      if constexpr (kDiag) {
+        if (tid < DK / 4)
+          copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.decay[stage][4 * tid])),
+                 p.decay + slot * DK + 4 * tid, true);
+      }
     }
   };
 
@@ -207,11 +215,16 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     }
 
     // Products that read S_c: Q K^T, Q S and (delta) W S.
-    issue(accP, accO, accX);
-    if constexpr (!kDiag) gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+    if constexpr (kLoadP) {
+      issue(accO, accX);
+    } else {
+      issue(accP, accO);
+      gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+    }
     gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
     if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
-    commitAndWait(accP, accO, accX);
+    if constexpr (kLoadP) commitAndWait(accO, accX);
+    else commitAndWait(accP, accO);
     if constexpr (Decay::kActive || kLate) __syncthreads();  // sm.b; every read of q and w done
     if constexpr (kLate) {
       if (c + 1 < numChunks) loadQw(c + 1, 0);
@@ -226,7 +239,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
         accO(i + 1) *= f;
       });
     }
-    if constexpr (!kDiag) forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
+    if constexpr (!kLoadP) forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
       // exp(b_t - b_s) only where s <= t: above the diagonal it can overflow (strong gates), and
       // 0 * inf would be NaN.
       float f0 = p.scale, f1 = p.scale;
@@ -283,7 +296,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
 
     // Products that finish the chunk: O += P X, S += K^T X_decayed.
     issue(accO, accS);
-    const int pStage = kDiag ? stage : 0;
+    const int pStage = kLoadP ? stage : 0;
     if constexpr (kDelta) gemm<false>(mmaPX, fP_px(_, _, _, pStage), fX_px, accO);
     else gemm<false>(mmaPX, fP_px(_, _, _, pStage), fXin_px(_, _, _, stage), accO);
     if constexpr (Decay::kActive) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXs_kx, accS);
