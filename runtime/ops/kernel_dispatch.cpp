@@ -8,14 +8,32 @@
 
 #ifdef LINAC_HAVE_CUDA
 #include <ATen/Context.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/workspace.h"
 #include "ops/cuda_stream.h"
 #endif
 
 namespace linac::ops::detail {
 namespace {
+
+#ifdef LINAC_HAVE_CUDA
+// The kernels' scratch memory comes from torch's caching allocator (kernels/cuda/workspace.h): it
+// shares torch's pool instead of a second one beside it, counts in torch's peak statistics, and
+// when memory runs out torch frees its cached blocks, retries, and raises c10::OutOfMemoryError
+// (which `linac train --find-batch` treats as "does not fit").
+void* torchWorkspace(size_t bytes, cudaStream_t stream) {
+  return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
+}
+void releaseTorchWorkspace(void* ptr, cudaStream_t) { c10::cuda::CUDACachingAllocator::raw_delete(ptr); }
+
+[[maybe_unused]] const bool kWorkspacesFromTorch = [] {
+  kernels::cuda::setWorkspaceAllocator({&torchWorkspace, &releaseTorchWorkspace});
+  return true;
+}();
+#endif
 
 #ifndef LINAC_HAVE_CUDA
 [[noreturn]] void noCuda(std::string_view op) {

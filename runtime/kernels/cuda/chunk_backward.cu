@@ -27,6 +27,7 @@
 #include "hopper/hopper_backward.h"
 #endif
 #include "tile.cuh"
+#include "workspace.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -513,8 +514,8 @@ void launchBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const bool want_dgfix = kind.decay == DecayClass::Fixed && a.d_g;
   const size_t o_du = want_du ? carve(size_t(N) * H * nvb * DK * 4) : 0;
   const size_t o_dgf = want_dgfix ? carve(size_t(N) * H * nvb * 8) : 0;
-  char* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
+  const Workspace workspace(off, stream);
+  char* ws = reinterpret_cast<char*>(workspace.data());
 
   BwdParams<T> p{};
   p.q = static_cast<const T*>(a.fwd.q);
@@ -579,7 +580,6 @@ void launchBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
         p.du, want_du ? a.d_u : nullptr, p.dgfix, want_dgfix ? a.d_g : nullptr, N, H, nvb, DK);
     LINAC_CUDA_CHECK_LAUNCH("reducePartialsKernel");
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 template <typename T>

@@ -44,7 +44,7 @@
 // in-chunk decay cumsum b is kept in double (see chunkCumsum). The fp32 fixed-class d_g is formed
 // in double throughout (chunk_backward_fixed_dg.cu): tests/runtime/cuda/additive_bwd_f32_check.py models
 // both the fp32 path it replaced and this one.
-// Workspace (cudaMallocAsync): two fp32 state arrays [slots, H, dk, dv] (slots ~ B * T / C), plus
+// Workspace (workspace.h): two fp32 state arrays [slots, H, dk, dv] (slots ~ B * T / C), plus
 // dG partials [dk / 64, B * T * H] fp32 when pass 2 forms d_g, and [N, H] (bf16 / fp16) or
 // [N, H, dk / 64 * dv / 64] (fp32) doubles for the fixed class.
 // Expected cost (bf16 B8 T4096 H8 dk=dv=128): ~74 GFLOP of tf32 products (x3 with 3xTF32) and
@@ -56,6 +56,7 @@
 
 #include "cuda_check.h"
 #include "tile.cuh"
+#include "workspace.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -552,8 +553,8 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
       !fixed_dg ? 0
       : scan_fixed_dg ? carve(size_t(N) * H * nks * nvb * sizeof(double))
                       : carve(size_t(N) * H * sizeof(double));
-  char* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
+  const Workspace workspace(off, stream);
+  char* ws = reinterpret_cast<char*>(workspace.data());
 
   AddBwdParams<T> p{};
   p.q = static_cast<const T*>(a.fwd.q);
@@ -613,7 +614,6 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
       LINAC_CUDA_CHECK_LAUNCH("fixedDgReduceKernel");
     }
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 /// 3xTF32 in passes 1-2 for the fixed-class dg (one sum over every token of a sequence, which

@@ -60,12 +60,13 @@
 // neither is requested. Every exponent is <= 0, so strong
 // gates underflow to 0, never overflow. Row reductions (db, kd, dbeta) use shared atomics
 // (order-nondeterministic at the rounding level); every global output is written once.
-// Workspace (cudaMallocAsync): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
+// Workspace (workspace.h): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
 // dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / kd / Z partials.
 #include "chunk_backward_delta.cuh"
 #include "chunk_backward_paths.h"
 
 #include "cuda_check.h"
+#include "workspace.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -137,8 +138,8 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_z = want_db ? carve(size_t(nks) * slots * H * sizeof(float)) : 0;
   const size_t o_gt = fixed ? carve(size_t(rows) * sizeof(float)) : 0;             // [B, T, H] g
   const size_t o_dgt = fixed && want_db ? carve(size_t(rows) * sizeof(float)) : 0;  // [B, T, H] dg
-  char* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
+  const Workspace workspace(off, stream);
+  char* ws = reinterpret_cast<char*>(workspace.data());
 
   DeltaBwdParams<T> p{};
   p.q = static_cast<const T*>(a.fwd.q);
@@ -200,7 +201,6 @@ void launchDeltaBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     sumFixedGate<<<H, kThreads, 0, stream>>>(a.d_g, dgtok, rows / H, H);
     LINAC_CUDA_CHECK_LAUNCH("delta sumFixedGate");
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 template <typename T, int DK>

@@ -52,7 +52,7 @@
 // Products run on tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation). fp32 inputs use 3xTF32;
 // bf16 / fp16 inputs use 1xTF32 (d_g's chunk-local form above needs no more).
 // Every output is written by exactly one thread: deterministic, no atomics.
-// Workspace (cudaMallocAsync): S and dS [slots, H, dk, dv] fp32 (the input dtype on the Hopper
+// Workspace (workspace.h): S and dS [slots, H, dk, dv] fp32 (the input dtype on the Hopper
 // stages; slots ~ B T / C), d_u partials [slots, H, dk].
 #include "chunk_backward_diagonal.cuh"
 #include "chunk_backward_paths.h"
@@ -61,6 +61,7 @@
 #endif
 
 #include "cuda_check.h"
+#include "workspace.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -127,8 +128,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_s = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_ds = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_du = want_du ? carve(chunk_vec_bytes) : 0;
-  char* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), off, stream));
+  const Workspace workspace(off, stream);
+  char* ws = reinterpret_cast<char*>(workspace.data());
 
   DiagBwdParams<T> p{};
   p.q = static_cast<const T*>(a.fwd.q);
@@ -200,7 +201,6 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
         p.du_part, a.d_u, slots, H, DK);
     LINAC_CUDA_CHECK_LAUNCH("diagDuKernel");
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 template <typename T>

@@ -21,7 +21,7 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
                   const RecurrenceForwardArgs& args, cudaStream_t stream);
 
 /// Chunkwise backward (chunk_backward.cu): exact, writes every non-null gradient. dk in
-/// {64, 128, 256}, dv a multiple of 16. Allocates its workspace with cudaMallocAsync on `stream`.
+/// {64, 128, 256}, dv a multiple of 16. Takes its workspace from workspace.h's allocator, on `stream`.
 void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                    const RecurrenceBackwardArgs& args, cudaStream_t stream);
 

@@ -21,11 +21,12 @@
 //                    dtype-rounded forward output is never read), then the reverse sweep from acc_end
 //                    writing d_x and d_g.
 // Chunk slots (chunk_slots.cuh): sequence n owns slots [coff_n, coff_n + ceil(len_n / kChunk)).
-// Workspace (cudaMallocAsync on the stream): fp32 [slots, D] arrays A, G (and R for the backward).
+// Workspace (workspace.h, on the stream): fp32 [slots, D] arrays A, G (and R for the backward).
 #include "chunk_slots.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "tile.cuh"
+#include "workspace.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -253,15 +254,17 @@ ScanParams scanParams(const ScanShape& s, const char* who, int64_t& slots) {
   return p;
 }
 
-/// [slots, D] fp32 workspace arrays, carved from one cudaMallocAsync allocation.
-struct Workspace {
-  char* base = nullptr;
-  size_t array_bytes = 0;
-  Workspace(int64_t slots, int64_t D, int arrays, cudaStream_t stream)
-      : array_bytes((size_t(slots) * size_t(D) * sizeof(float) + 255) / 256 * 256) {
-    LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&base), array_bytes * arrays, stream));
-  }
-  float* array(int i) const { return reinterpret_cast<float*>(base + array_bytes * i); }
+/// [slots, D] fp32 workspace arrays, carved from one workspace (workspace.h).
+class ScanWorkspace {
+ public:
+  ScanWorkspace(int64_t slots, int64_t D, int arrays, cudaStream_t stream)
+      : array_bytes_((size_t(slots) * size_t(D) * sizeof(float) + 255) / 256 * 256),
+        memory_(array_bytes_ * arrays, stream) {}
+  float* array(int i) const { return reinterpret_cast<float*>(memory_.data() + array_bytes_ * i); }
+
+ private:
+  size_t array_bytes_;
+  Workspace memory_;
 };
 
 template <typename T>
@@ -279,7 +282,7 @@ void launchScan(const ScanShape& s, const ScanForwardArgs& a, cudaStream_t strea
     }
     return;
   }
-  Workspace ws(slots, p.channels, 2, stream);
+  const ScanWorkspace ws(slots, p.channels, 2, stream);
   float *ws_a = ws.array(0), *ws_g = ws.array(1);
   const dim3 chunk_grid(unsigned(slots), cblocks);
   summaryKernel<T><<<chunk_grid, kThreads, 0, stream>>>(p, x, a.g, nullptr, ws_a, ws_g, nullptr);
@@ -289,7 +292,6 @@ void launchScan(const ScanShape& s, const ScanForwardArgs& a, cudaStream_t strea
   LINAC_CUDA_CHECK_LAUNCH("carryKernel");
   forwardKernel<T><<<chunk_grid, kThreads, 0, stream>>>(p, x, a.g, ws_a, static_cast<T*>(a.h));
   LINAC_CUDA_CHECK_LAUNCH("forwardKernel");
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws.base, stream));
 }
 
 template <typename T>
@@ -308,7 +310,7 @@ void launchScanBackward(const ScanShape& s, const ScanBackwardArgs& a, cudaStrea
     }
     return;
   }
-  Workspace ws(slots, p.channels, 3, stream);
+  const ScanWorkspace ws(slots, p.channels, 3, stream);
   float *ws_a = a.d_g ? ws.array(0) : nullptr, *ws_g = ws.array(1), *ws_r = ws.array(2);
   const dim3 chunk_grid(unsigned(slots), cblocks);
   summaryKernel<T><<<chunk_grid, kThreads, 0, stream>>>(p, a.d_g ? x : nullptr, a.fwd.g, dh, ws_a,
@@ -322,7 +324,6 @@ void launchScanBackward(const ScanShape& s, const ScanBackwardArgs& a, cudaStrea
                                                           static_cast<T*>(a.d_x), a.d_g);
     LINAC_CUDA_CHECK_LAUNCH("backwardKernel");
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws.base, stream));
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f
       runtime/kernels/cuda/chunk_backward_diagonal_dqdk.cu runtime/kernels/cuda/chunk_backward_diagonal_dv.cu
       runtime/kernels/cuda/chunk_backward_delta.cu runtime/kernels/cuda/chunk_backward_delta_prep.cu
       runtime/kernels/cuda/chunk_backward_delta_scan.cu runtime/kernels/cuda/chunk_backward_delta_dqdk.cu
-      runtime/kernels/cuda/chunk_backward_delta_wy.cu
+      runtime/kernels/cuda/chunk_backward_delta_wy.cu runtime/kernels/cuda/workspace.cu
       "${hopper[@]}" tests/runtime/cuda/lab.cu)
 pids=()
 for f in "${srcs[@]}"; do

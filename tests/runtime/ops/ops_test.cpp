@@ -15,6 +15,13 @@
 #include "ops/recurrence_ops.h"
 #include "test_util.h"
 
+#ifdef LINAC_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "kernels/cuda/workspace.h"
+#endif
+
 namespace linac::test {
 namespace {
 
@@ -132,6 +139,30 @@ TEST(Ops, CudaChunkDims) {
 // raises torch's not-deterministic error naming it (the delta rule's mma.sync path at fp32, the
 // exact per-token kernel for the delta rule with a diagonal decay); a bf16 path that writes every
 // gradient once runs, and twice gives the same bits.
+#ifdef LINAC_HAVE_CUDA
+// The kernels' scratch memory is torch's (kernels/cuda/workspace.h, installed by
+// ops/kernel_dispatch.cpp): it counts in torch's statistics while alive and returns to torch's
+// pool after, so an out-of-memory there is torch's error and torch's peak includes it.
+TEST(OpsCuda, KernelWorkspacesComeFromTorchsAllocator) {
+  ASSERT_TRUE(torch::cuda::is_available()) << "OpsCuda needs a GPU";
+  const torch::Tensor warm = torch::zeros({1}, torch::kCUDA);  // torch's allocator is set up
+  const auto device = warm.device().index();
+  auto allocated = [device] {
+    using c10::CachingAllocator::StatType;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    return stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+  };
+  const int64_t before = allocated();
+  constexpr size_t kBytes = size_t(64) << 20;
+  {
+    const kernels::cuda::Workspace workspace(kBytes, at::cuda::getCurrentCUDAStream(device).stream());
+    EXPECT_NE(workspace.data(), nullptr);
+    EXPECT_GE(allocated() - before, int64_t(kBytes));
+  }
+  EXPECT_EQ(allocated(), before);
+}
+#endif
+
 TEST(OpsCuda, DeterministicModeNamesTheAtomicPaths) {
   ASSERT_TRUE(torch::cuda::is_available()) << "OpsCuda needs a GPU";
   struct Restore {

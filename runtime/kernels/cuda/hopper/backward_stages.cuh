@@ -1,11 +1,12 @@
 // Launches of the Hopper backward stages for one (element type, dk, dv, decay class); the
 // backward_<dtype>.cu files instantiate them.
 //   state passes: stateScanKernel forward (S_c) and reverse (dS_{c+1}, d_h0) into a workspace of
-//                 two [slots, H, dk, dv] arrays in the input dtype (cudaMallocAsync)
+//                 two [slots, H, dk, dv] arrays in the input dtype (workspace.h)
 //   gradients:    chunkGradKernel, one CTA of three warpgroups per (chunk slot, head)
 #pragma once
 
 #include "../cuda_check.h"
+#include "../workspace.h"
 #include "chunk_grad.cuh"
 #include "state_scan.cuh"
 
@@ -22,8 +23,8 @@ void setBackwardSmem(Kernel kernel, size_t bytes) {
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   const size_t stateBytes = size_t(slots) * p.heads * DK * DV * sizeof(T);
-  uint8_t* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), 2 * stateBytes, stream));
+  const Workspace workspace(2 * stateBytes, stream);
+  uint8_t* ws = workspace.data();
   p.states = ws;
   p.dstates = ws + stateBytes;
 
@@ -44,7 +45,6 @@ void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   setBackwardSmem(grad, gradBytes);
   grad<<<dim3(unsigned(slots), p.heads), kGradThreads, gradBytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::chunkGradKernel");
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 }  // namespace linac::kernels::cuda::hopper

@@ -5,10 +5,11 @@
 //   3 deltaBwdReverseStateKernel  grid (dv / BV, H, N), 1 wg:    dS_{c+1}, dD (over dD_local), d_h0
 //   4 deltaBwdGradKernel          grid (slots, H, key blocks), 3 wg:  dq, dk part, dW, db part, Z
 //   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
-// The workspace (delta_bwd_params.h) is one cudaMallocAsync block, freed in stream order.
+// The workspace (delta_bwd_params.h) is one block (workspace.h), released in stream order.
 #pragma once
 
 #include "../cuda_check.h"
+#include "../workspace.h"
 #include "delta_bwd_forward_state.cuh"
 #include "delta_bwd_grad.cuh"
 #include "delta_bwd_prepare.cuh"
@@ -52,8 +53,8 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   constexpr int kKeyBlocks = deltaGradKeyBlocks<DK>();  // stage 4's parts of db and Z
   const size_t oDB = wantDg ? carve(rows * kKeyBlocks * sizeof(float)) : 0;
   const size_t oZ = wantDg ? carve(size_t(slots) * p.heads * kKeyBlocks * sizeof(float)) : 0;
-  uint8_t* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream));
+  const Workspace workspace(total, stream);
+  uint8_t* ws = workspace.data();
   p.x = reinterpret_cast<float*>(ws + oX);
   p.w = ws + oW;
   p.ud = reinterpret_cast<float*>(ws + oUD);
@@ -107,7 +108,6 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     wy<<<chunkGrid, kDeltaWyThreads, wyBytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdWyKernel");
   }
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 }  // namespace linac::kernels::cuda::hopper

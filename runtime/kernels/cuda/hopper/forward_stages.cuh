@@ -1,11 +1,12 @@
 // Launches of the Hopper forward stages for one (element type, key dim, decay class); the
 // forward_<dtype>_k<dk>.cu files instantiate them so the instantiations compile in parallel.
 //   additive: stateOutputKernel
-//   delta:    deltaPrepareKernel (W, U, P into a cudaMallocAsync workspace), then stateOutputKernel
+//   delta:    deltaPrepareKernel (W, U, P into a workspace, workspace.h), then stateOutputKernel
 //   diagonal: diagonalPrepareKernel (qd, kd, P, decay into a workspace), then stateOutputKernel
 #pragma once
 
 #include "../cuda_check.h"
+#include "../workspace.h"
 #include "delta_prepare.cuh"
 #include "diagonal_prepare.cuh"
 #include "state_output.cuh"
@@ -125,15 +126,14 @@ void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaS
   const size_t wBytes = size_t(tokens) * p.heads * DK * sizeof(T);
   const size_t uBytes = size_t(tokens) * p.heads * p.value_dim * sizeof(T);
   const size_t pBytes = size_t(slots) * p.heads * kChunk * kChunk * sizeof(T);
-  uint8_t* ws = nullptr;
-  LINAC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), wBytes + uBytes + pBytes, stream));
+  const Workspace workspace(wBytes + uBytes + pBytes, stream);
+  uint8_t* ws = workspace.data();
   const PrepareOutputs out{ws, ws + wBytes, ws + wBytes + uBytes};
   p.w = out.w;
   p.u = out.u;
   p.pd = out.p;
   launchPrepareDV<T, DK, Decay>(p, out, slots, stream);
   launchStateOutput<T, DK, Decay, true>(p, stream);
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 /// The additive rule with a diagonal decay (opt-in, hopper_forward.h): the per-channel factors once
@@ -144,9 +144,8 @@ void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStrea
   const size_t keyBytes = size_t(tokens) * p.heads * DK * sizeof(T);
   const size_t pBytes = size_t(slots) * p.heads * C * C * sizeof(T);
   const size_t decayBytes = size_t(slots) * p.heads * DK * sizeof(float);
-  uint8_t* ws = nullptr;
-  LINAC_CUDA_CHECK(
-      cudaMallocAsync(reinterpret_cast<void**>(&ws), 2 * keyBytes + pBytes + decayBytes, stream));
+  const Workspace workspace(2 * keyBytes + pBytes + decayBytes, stream);
+  uint8_t* ws = workspace.data();
   const DiagonalOutputs out{ws, ws + keyBytes, ws + 2 * keyBytes,
                             reinterpret_cast<float*>(ws + 2 * keyBytes + pBytes)};
   p.qd = out.qd;
@@ -159,7 +158,6 @@ void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStrea
   prepare<<<dim3(unsigned(slots), p.heads), kDiagonalPrepareThreads, bytes, stream>>>(p, out);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagonalPrepareKernel");
   launchStateOutput<T, DK, PrecomputedDiagonal, false>(p, stream);
-  LINAC_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 /// Whether this build carries sm_90a machine code for the stages (an sm_80-only build, or a
