@@ -9,7 +9,7 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--hopper-wide]
-//                       [--hopper-wide-bwd] [--hopper-diag-bwd]
+//                       [--hopper-wide-bwd] [--hopper-diag-single]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -24,10 +24,10 @@
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
 //                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
-//   --hopper-diag-bwd  the diagonal decay's Hopper backward stages for both readouts, Ks and Qs
-//                 as two 16-bit halves (bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=1;
-//                 the default takes them for the inclusive readout only, in one half each;
-//                 LINAC_HOPPER_DIAG_BWD=0 for neither)
+//   --hopper-diag-single  the diagonal decay's Hopper gradient stage takes Ks and Qs in one 16-bit
+//                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two halves, for both
+//                 readouts, bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=0 sends
+//                 them to the mma.sync passes)
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -843,7 +843,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-diag-bwd")) setenv("LINAC_HOPPER_DIAG_BWD", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -894,7 +894,7 @@ int main(int argc, char** argv) {
         runBwdCase(d);
         d.kind.readout = Readout::ExclusiveBonus; d.dtype = DType::F32; d.cu = {}; d.B = 2; d.T = 80; d.dk = 128; d.dv = 64;
         runBwdCase(d);
-        // ... and its Hopper gradient stage (--hopper-diag-bwd): exclusive + bonus, varlen with
+        // ... and its Hopper gradient stage: exclusive + bonus, varlen with
         // partial chunks, dk 128 > dv
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 128, 64,
                     {0, 20, 150}});
@@ -988,8 +988,8 @@ int main(int argc, char** argv) {
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           }
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::F32, 1, 70, 1, 256, 128, {}});
-        // the diagonal decay's shapes for its Hopper gradient stage (the default for the inclusive
-        // readout, both with --hopper-diag-bwd): dk = dv = 128 varlen with lengths 1, 63, 65, 71,
+        // the diagonal decay's shapes for its Hopper gradient stage (the default for both
+        // readouts): dk = dv = 128 varlen with lengths 1, 63, 65, 71,
         // 100 and strong gates, both readouts; fp16 dk 64 < dv over four chunks; null d_q and d_g;
         // RWKV-6's decay -exp(w), w ~ N(0, 1.5^2), with d_w = d_g . g checked (strongly decaying
         // channels' small d_g weigh most there)

@@ -31,9 +31,9 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
 void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
               const RecurrenceBackwardArgs& args, int64_t num_seqs, cudaStream_t stream);
 
-/// Whether diagonalStateScan() and diagonalGrad() take this call: the inclusive readout (both readouts
-/// with LINAC_HOPPER_DIAG_BWD=1, neither with =0), a Hopper device with the sm_90a code built,
-/// 16-bit inputs, dk and dv in {64, 128}.
+/// Whether diagonalStateScan() and diagonalGrad() take this call: either readout (neither with
+/// LINAC_HOPPER_DIAG_BWD=0), a Hopper device with the sm_90a code built, 16-bit inputs, dk and dv
+/// in {64, 128}.
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
