@@ -23,7 +23,7 @@
 #   bash bench/run_h200.sh lab [seconds]
 #     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
 #     build-cuda/linac_cuda_lab.gz, e.g. KEEP_LAB=1's from an earlier call), then its cases
-#     (LAB_ARGS, e.g. "--no-bench --hopper-block-inverse" for an opt-in Hopper path) once fla has warmed
+#     (LAB_ARGS, e.g. "--no-bench --hopper-column-inverse" for an alternative Hopper path) once fla has warmed
 #     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());

@@ -8,7 +8,7 @@
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
-//                       [--hopper-late] [--hopper-diag] [--hopper-block-inverse] [--hopper-wide]
+//                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
@@ -17,8 +17,8 @@
 //   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
 //                 every decay (LINAC_HOPPER_LATE=1; the default takes them for a scalar decay)
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
-//   --hopper-block-inverse  the delta rule's forward cases take the opt-in blockwise (I + A)^-1
-//                 (LINAC_HOPPER_BLOCK_INVERSE=1); the forward timings show it beside the default
+//   --hopper-column-inverse  the delta rule's forward cases take (I + A)^-1 one column per thread
+//                 (LINAC_HOPPER_BLOCK_INVERSE=0); the forward timings show it beside the default
 //   --hopper-wide forces the Hopper stages for key dim 256 and value dims above 256
 //                 (LINAC_HOPPER_WIDE=1, the default; the dk 256 cases, the fwd-only wide-head cases)
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages
@@ -660,10 +660,10 @@ double withHopper(bool on, F&& f) {
   return ms;
 }
 
-/// Runs f with the opt-in blockwise inverse of the delta rule's preparation
-/// (LINAC_HOPPER_BLOCK_INVERSE=1), then restores the environment.
+/// Runs f with the delta rule's preparation inverting (I + A) one column per thread
+/// (LINAC_HOPPER_BLOCK_INVERSE=0), then restores the environment.
 template <class F>
-double withOptIns(F&& f) {
+double withColumnInverse(F&& f) {
   const char* names[] = {"LINAC_HOPPER_BLOCK_INVERSE"};
   constexpr int kNames = 1;
   std::string saved[kNames];
@@ -672,7 +672,7 @@ double withOptIns(F&& f) {
     const char* v = std::getenv(names[i]);
     had[i] = v != nullptr;
     if (had[i]) saved[i] = v;
-    setenv(names[i], "1", 1);
+    setenv(names[i], "0", 1);
   }
   const double ms = f();
   for (int i = 0; i < kNames; ++i) {
@@ -714,19 +714,19 @@ void bench() {
     a.scale = float(1.0 / std::sqrt(double(dk))); a.o = o.p; a.ht = ht.as<float>();
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
-    const double optInMs = withOptIns(run);
+    const double columnMs = withColumnInverse(run);
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", name, dims, ms, optInMs, old, fla);
+    std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", name, dims, ms, columnMs, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
-  std::printf("('blk-inv': LINAC_HOPPER_BLOCK_INVERSE=1, the delta rule's opt-in blockwise (I + A)^-1)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "blk-inv", "mma.sync", "fla");
+  std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -840,7 +840,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-bwd")) setenv("LINAC_HOPPER_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-late")) setenv("LINAC_HOPPER_LATE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag")) setenv("LINAC_HOPPER_DIAG", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-block-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-column-inverse")) setenv("LINAC_HOPPER_BLOCK_INVERSE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);

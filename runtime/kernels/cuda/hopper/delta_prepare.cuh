@@ -4,9 +4,10 @@
 // Per chunk of C = 64 tokens (b = cumulative log-decay from the chunk start, chunk_decay.cuh):
 //   A[t][s] = beta_t (k_t . k_s) exp(b_t - b_s) for s < t, else 0          (K K^T on wgmma)
 //   P[t][s] = scale (q_t . k_s) exp(b_t - b_s) for s <= t, else 0           (Q K^T, same batch)
-//   X = (I + A)^-1   unit lower triangular, fp32: column j by forward substitution (one thread
-//                    per column: x_i = delta_ij - sum_{s < i} A[i][s] x_s), or with
-//                    p.block_inverse by 16 x 16 blocks on every thread (unit_lower_inverse.cuh)
+//   X = (I + A)^-1   unit lower triangular, fp32: by two 32-row halves on every warp
+//                    (p.block_inverse, the default), or column j by forward substitution (one
+//                    thread per column: x_i = delta_ij - sum_{s < i} A[i][s] x_s;
+//                    unit_lower_inverse.cuh)
 //   T = X diag(beta),  W = T diag(exp(b)) K,  U = T V                       (wgmma)
 // so that the state stage's X = U - W S is the chunk's d_t (state_output.cuh). W [B, T, H, dk] and
 // U [B, T, H, dv] are written in the input dtype, as fla's recompute_w_u does; so is P

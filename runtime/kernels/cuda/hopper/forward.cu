@@ -132,7 +132,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
   const char* blockInverse = std::getenv("LINAC_HOPPER_BLOCK_INVERSE");
-  p.block_inverse = blockInverse != nullptr && std::string(blockInverse) == "1";
+  p.block_inverse = blockInverse == nullptr || std::string(blockInverse) != "0";
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;

@@ -35,9 +35,9 @@ struct ForwardParams {
   int heads;             // H
   int value_dim;         // dv
   float scale;
-  bool block_inverse;    // (delta) X = (I + A)^-1 by 16 x 16 blocks (unit_lower_inverse.cuh) instead
-                         // of one column per thread: opt-in (LINAC_HOPPER_BLOCK_INVERSE=1) until
-                         // it has run on an H200
+  bool block_inverse;    // (delta) X = (I + A)^-1 by two 32-row halves on every warp
+                         // (unit_lower_inverse.cuh), the default; false (LINAC_HOPPER_BLOCK_INVERSE=0):
+                         // one column per thread
 };
 
 /// Writable views of the preparation's outputs.

@@ -1,10 +1,11 @@
 // X = (I + A)^-1 for the strictly lower triangular C x C matrix A of the delta rule's WY / UT form
 // (delta_prepare.cuh, delta_bwd_prepare.cuh), in fp32 shared memory.
 //
-// unitLowerColumn() is the default both preparations take: one thread per column of X by forward
-// substitution, x_i = delta_ij - sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each).
+// unitLowerColumn(): one thread per column of X by forward substitution, x_i = delta_ij -
+// sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each). The backward's preparation takes it,
+// and the forward's with LINAC_HOPPER_BLOCK_INVERSE=0.
 //
-// unitLowerInverse() (opt-in, LINAC_HOPPER_BLOCK_INVERSE=1) works on two 32-row halves so that
+// unitLowerInverse(), the forward preparation's default, works on two 32-row halves so that
 // every warp of the warpgroup works and the longest dependent chain is a 32-row substitution:
 //   X11 = (I + A11)^-1,  X22 = (I + A22)^-1   warps 0 and 1, a lane per column (unitLowerColumn)
 //   Y   = A21 X11                              every thread, a 2 x 4 tile each
