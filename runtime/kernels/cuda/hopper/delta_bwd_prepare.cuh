@@ -2,8 +2,10 @@
 // per (chunk slot, head); nothing here depends on the state. With b the chunk's cumulative
 // log-decay (delta_bwd_common.cuh), Gam_ts = exp(b_t - b_s) for s <= t:
 //   L   = diag(beta) strict_tril((K K^T) . Gam)             K K^T on wgmma, L in fp32 shared memory
-//   X   = (I + L)^-1                                          column substitution in fp32 (one thread
-//                                                            per column, as delta_prepare.cuh)
+//   X   = (I + L)^-1                                          in fp32: column substitution (one
+//                                                            thread per column), or with
+//                                                            p.block_inverse by two 32-row halves
+//                                                            on every warp (unit_lower_inverse.cuh)
 //   Tm  = X diag(beta),  W = X diag(beta exp(b)) K,  U = Tm V
 //   A'  = scale tril((Q K^T) . Gam),  dD_local = A'^T dO     (the readout's part of dD)
 // Shared memory: L takes q's bytes once Q K^T is done (two CTAs per SM).
@@ -121,7 +123,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
 
   T* w = static_cast<T*>(p.w);
   float* xOut = p.x + (int64_t(blockIdx.x) * H + h) * (C * C);  // [C, C]
-  if (tid < C) {  // column j = tid of X = (I + L)^-1; every thread reads the same row of L
+  if (p.block_inverse) {
+    unitLowerInverse<C, kWarpgroupThreads>(sm.l, Tiles::kLdL);
+    // X's column pairs (j, j + 1) of one row: 8-byte stores of X, 4-byte stores of the tiles
+    for (int e = tid; e < C * C / 2; e += kWarpgroupThreads) {
+      const int i = e / (C / 2), j = (e % (C / 2)) * 2;
+      const float x0 = xAt(sm.l, Tiles::kLdL, i, j), x1 = xAt(sm.l, Tiles::kLdL, i, j + 1);
+      *reinterpret_cast<float2*>(xOut + i * C + j) = make_float2(x0, x1);
+      const float tm0 = x0 * sm.cs.beta[j], tm1 = x1 * sm.cs.beta[j + 1];
+      const T hi0(tm0), hi1(tm1);
+      sts32(tTmHi.at(i, j), pack2<T>(float(hi0), float(hi1)));
+      sts32(tTmLo.at(i, j), pack2<T>(tm0 - float(hi0), tm1 - float(hi1)));
+      sts32(tTw.at(i, j), pack2<T>(tm0 * decayFrom<Decay>(sm.cs.b, j), tm1 * decayFrom<Decay>(sm.cs.b, j + 1)));
+    }
+  } else if (tid < C) {  // column j = tid of X = (I + L)^-1; every thread reads the same row of L
     const int j = tid;
     float x[C];
     unitLowerColumn<C>(sm.l, Tiles::kLdL, j, x);

@@ -2,8 +2,8 @@
 // (delta_prepare.cuh, delta_bwd_prepare.cuh), in fp32 shared memory.
 //
 // unitLowerColumn(): one thread per column of X by forward substitution, x_i = delta_ij -
-// sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each). The backward's preparation takes it,
-// and the forward's with LINAC_HOPPER_BLOCK_INVERSE=0.
+// sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each). The backward's preparation takes it
+// unless LINAC_HOPPER_BLOCK_INVERSE=1, the forward's with LINAC_HOPPER_BLOCK_INVERSE=0.
 //
 // unitLowerInverse(), the forward preparation's default, works on two 32-row halves so that
 // every warp of the warpgroup works and the longest dependent chain is a 32-row substitution:
