@@ -34,8 +34,9 @@
 #     LAB_BUILD_ONLY=1) and build-cuda/lab_before.gz (the baseline's, built from an earlier commit in
 #     a git worktree), both carried (~29 MB each). The new lab's cases (AB_CASES_ARGS, default
 #     --no-bench), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
-#     then each timing row group of AB_ROWS (default "delta- additive-diag") with the baseline, then
-#     the new lab (AB_BENCH_ARGS), each process with the GPU to itself.
+#     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
+#     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
+#     to itself; bench/ab_summary.py prints each row's medians, their ratio and the spread.
 #
 #   bash bench/run_h200.sh fit [seconds]
 #     `linac train --find-batch` (issue 14's largest batch x sequence that fits): FIT_MODELS (default
@@ -412,12 +413,21 @@ ab() {
     done
     grep -E "SUMMARY" "$OUT/ab_sanitizer.log"
   fi
+  # AB_ROUNDS rounds, the order of the two binaries alternating (the GPU moves unchanged code
+  # by 5-20% from one process to the next: bench/NOTES.md, 2026-12-05); bench/ab_summary.py
+  # takes the medians.
+  local r order
   for rows in ${AB_ROWS:-delta- additive-diag}; do
-    for b in before after; do
-      phase 60 "/tmp/lab_$b" --bench-only ${AB_BENCH_ARGS:-} --bench-rows "$rows" > "$OUT/ab_${rows%-}_$b.log" 2>&1
-      echo "$rows $b rc=$? ($((SECONDS - start)) s)"
-      grep -E "^[A-Za-z0-9-]+ +(additive|delta)" "$OUT/ab_${rows%-}_$b.log"
+    : > "$OUT/ab_${rows%-}_before.log"; : > "$OUT/ab_${rows%-}_after.log"
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+      order="before after"; [ $((r % 2)) = 0 ] && order="after before"
+      for b in $order; do
+        echo "== round $r" >> "$OUT/ab_${rows%-}_$b.log"
+        phase 60 "/tmp/lab_$b" --bench-only ${AB_BENCH_ARGS:-} --bench-rows "$rows" >> "$OUT/ab_${rows%-}_$b.log" 2>&1
+        echo "$rows round $r $b rc=$? ($((SECONDS - start)) s)"
+      done
     done
+    python3 bench/ab_summary.py "$OUT/ab_${rows%-}_before.log" "$OUT/ab_${rows%-}_after.log"
   done
 }
 
