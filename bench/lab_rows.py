@@ -5,8 +5,9 @@ saves them in lab_bench.log) into JSON lines for bench/results/, one row per (ki
 usage: python3 bench/lab_rows.py LAB_BENCH_LOG --commit SHA [--gpu NAME] [--env "VAR=1 ..."]
        > bench/results/DATE-NAME.jsonl
 --env names the opt-in switches the lab ran with (its --hopper-* flags); they go into the default
-dispatch's backend label. The row "GDN 340m heads" is Gated DeltaNet at its 340m preset's heads
-(B4 T4096 H4, dk 256, dv 512; rows carry dk and dv where they differ).
+dispatch's backend label. The rows "GDN 340m heads" and "GLA 340m heads" are Gated DeltaNet and GLA
+at their 340m presets' heads (B4 T4096 H4; dk 256 x dv 512 and dk 128 x dv 256; rows carry dk and
+dv where they differ).
 """
 import argparse
 import json
@@ -24,8 +25,9 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "bwd no-dg": ("bwd_nodg_ms", "linac-default"),
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
 NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
-WIDE_HEADS = "340m heads"  # Gated DeltaNet at the 340m preset: its own shape
-WIDE_SHAPE = dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)
+WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
+WIDE_ROWS = {"GDN": ("delta-scalar", dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)),
+             "GLA": ("additive-diag", dict(B=4, T=4096, H=4, D=128, dk=128, dv=256))}
 SOURCE = "linac_cuda_lab --bench-only (cudaEvent median of 30 after 5 warm-ups; backward median of 20 after 3)"
 
 
@@ -48,12 +50,12 @@ def rows(lines, commit, gpu, env=""):
         if len(name) < 2 or name[0] not in VARIANTS or len(parts) < 2:
             continue
         wide = name[1].strip() == WIDE_HEADS
-        kind = "delta-scalar" if wide else name[1].strip()
+        kind = WIDE_ROWS[name[0]][0] if wide else name[1].strip()
         base = {"variant": VARIANTS[name[0]], "kind": kind, "dtype": "bf16", "gpu": gpu,
                 "source": SOURCE, "commit": commit}
         label = lambda backend: default if backend == "linac-default" else backend
         if backward:
-            base.update(WIDE_SHAPE if wide else dict(B=8, T=4096, H=8, D=128))
+            base.update(WIDE_ROWS[name[0]][1] if wide else dict(B=8, T=4096, H=8, D=128))
             for column, value in zip(header, parts):
                 if column in BACKWARD_COLUMNS and value != "-":
                     field, backend = BACKWARD_COLUMNS[column]

@@ -9,7 +9,7 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
-//                       [--hopper-wide-bwd] [--hopper-diag-single]
+//                       [--hopper-wide-bwd] [--hopper-diag-single] [--hopper-diag-wide]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -28,6 +28,8 @@
 //                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two halves, for both
 //                 readouts, bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=0 sends
 //                 them to the mma.sync passes)
+//   --hopper-diag-wide  the diagonal decay's Hopper backward also at dv above 128, in value blocks
+//                 of 128 (LINAC_HOPPER_DIAG_WIDE=1; inclusive readout, dk in {64, 128})
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -827,6 +829,10 @@ void benchBackward() {
   // in the 'hopper bwd' column unless LINAC_HOPPER_WIDE_BWD=0)
   const Row gdn340m{"GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true};
   if (benchRow(gdn340m.name)) timeRow(gdn340m, 4, 4096, 4, 256, 512);
+  // GLA's heads at the 340m preset, B4 T4096 H4 dk 128 dv 256 ('hopper bwd': the Hopper stages'
+  // value blocks with --hopper-diag-wide, else the mma.sync passes)
+  const Row gla340m{"GLA 340m heads", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true};
+  if (benchRow(gla340m.name)) timeRow(gla340m, 4, 4096, 4, 128, 256);
 }
 }  // namespace
 
@@ -844,6 +850,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);
+    else if (!std::strcmp(argv[i], "--hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -1004,6 +1011,17 @@ int main(int argc, char** argv) {
             Case w{gk, dt, 2, 200, 2, 128, 128, {}};
             w.wsigma = 1.5; runBwdCase(w);
           }
+        }
+        // value dims above 128 (GLA at its 340m heads: dk 128, dv 256; the Hopper stage's value
+        // blocks with --hopper-diag-wide, the mma.sync passes without): varlen with strong gates,
+        // fp16 dk 64 x dv 384 over four chunks, null d_q and d_g
+        {
+          const RecurrenceKind gk{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive};
+          Case c{gk, DType::BF16, 1, 300, 2, 128, 256, {0, 1, 64, 129, 200, 300}};
+          c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+          runBwdCase({gk, DType::F16, 2, 256, 1, 64, 384, {}});
+          Case n{gk, DType::BF16, 2, 90, 2, 128, 256, {}};
+          n.all_grads = false; runBwdCase(n);
         }
         // the delta rule's shapes for the Hopper backward (taken with --hopper-bwd, else by
         // chunk_backward_delta.cu): varlen with lengths 1, 63, 65, 71, 100; dk = dv = 128 varlen

@@ -8,6 +8,7 @@
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
+#include "../workspace.h"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
 #include "delta_bwd_params.h"
@@ -26,7 +27,7 @@ void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
 template <class T, int DK, int DV>
-void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream);
+void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream);
@@ -106,8 +107,9 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
 }
 
-/// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk, dv in
-/// {64, 128}, as diagonalGradSupported admits).
+/// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk in {64,
+/// 128}; DV the value tile: 64, or 128 for dv 128 and the value blocks above it, as
+/// diagonalGradSupported admits).
 template <class F>
 void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
   auto dims = [&]<class T>() {
@@ -149,11 +151,28 @@ bool diagonalLowHalves() {
   return env == nullptr || std::string(env) != "single";
 }
 
+constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
+
+/// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in blocks of
+/// kDiagValueTile columns, the inclusive readout: LINAC_HOPPER_DIAG_WIDE=1 until it has run on a
+/// GPU (they take the mma.sync passes otherwise).
+bool diagonalValueBlocksEnabled() {
+  const char* env = std::getenv("LINAC_HOPPER_DIAG_WIDE");
+  return env != nullptr && std::string(env) == "1";
+}
+
+int diagonalValueBlocks(const RecurrenceShape& s) {
+  return s.value_dim <= kDiagValueTile ? 1 : int(s.value_dim / kDiagValueTile);
+}
+
 }  // namespace
 
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32 || !diagonalGradEnabled()) return false;
-  if ((s.key_dim != 64 && s.key_dim != 128) || (s.value_dim != 64 && s.value_dim != 128)) return false;
+  const bool oneTile = s.value_dim == 64 || s.value_dim == kDiagValueTile;
+  const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
+                           kind.readout == Readout::Inclusive && diagonalValueBlocksEnabled();
+  if ((s.key_dim != 64 && s.key_dim != 128) || (!oneTile && !valueBlocks)) return false;
   // the same device and build checks as the forward (an additive rule without decay takes the
   // Hopper forward at these dims wherever the device and the build allow it)
   const RecurrenceKind plain{DecayClass::None, UpdateRule::Additive, Readout::Inclusive};
@@ -173,7 +192,24 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   if (slots <= 0) return;
   DiagGradParams q = p;
   q.low_halves = diagonalLowHalves() ? 1 : 0;
-  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, stream); });
+  // several value blocks: each block's dq, dk, dg into fp32 planes, summed after the stage
+  const int blocks = diagonalValueBlocks(s);
+  const int64_t plane = s.batch * s.seq_len * s.heads * s.key_dim;  // [B, T, H, dk] (B = 1 varlen)
+  const int planes = blocks > 1 ? (p.dq ? 1 : 0) + (p.dk ? 1 : 0) + (p.dg ? 1 : 0) : 0;
+  const Workspace parts(size_t(planes) * blocks * plane * sizeof(float), stream);
+  if (blocks > 1) {
+    float* next = reinterpret_cast<float*>(parts.data());
+    auto take = [&](bool wanted) {
+      float* part = wanted ? next : nullptr;
+      if (wanted) next += blocks * plane;
+      return part;
+    };
+    q.dq_part = take(p.dq != nullptr);
+    q.dk_part = take(p.dk != nullptr);
+    q.dg_part = take(p.dg != nullptr);
+    q.part_plane = plane;
+  }
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,

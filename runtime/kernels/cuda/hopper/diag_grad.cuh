@@ -1,5 +1,6 @@
 // Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
-// HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}:
+// HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}
+// (and dv in value blocks of 128, below):
 // the wgmma replacement of chunk_backward_diagonal.cu's passes 2 and 3
 // (chunk_backward_diagonal_dqdk.cu, chunk_backward_diagonal_dv.cu), reading the state passes'
 // workspaces S_c and dS_{c+1} in the input dtype (diag_state_scan.cuh; that file's header and
@@ -42,6 +43,11 @@
 // to 16 bits once, the residue of the large intra-chunk terms swamped the small d_g of strongly
 // decaying channels: RWKV-6's d_w = d_g . g (decay -exp(w)) missed the bf16 gate (1.1e-2 on the
 // H200; diag_bwd_host_check.py: 3.6e-2 with one half, 1.6e-3 with both, at w ~ N(0, 1.5^2)).
+// Value blocks (dv above the tile DV, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=1): every
+// term of dq, dk and dg above is a sum over the value columns (D, dO S^T, V dS^T, <S_c, dS_{c+1}>),
+// so a CTA per (chunk slot, head, block of DV columns) computes its block's share, as if the block
+// were the whole value dim, into fp32 planes (dg's scratch rows included), and
+// diagSumValueBlocksKernel adds them; dv is per column and written directly.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -49,6 +55,8 @@
 #include "chunk_grad.cuh"
 #include "diag_grad_params.h"
 #include "diagonal_prepare.cuh"
+
+#include <algorithm>
 
 namespace linac::kernels::cuda::hopper {
 
@@ -154,7 +162,7 @@ __device__ __forceinline__ void chainStep(Acc& acc, float (&f)[kRegs], int part,
   }
 }
 
-template <class T, int DK, int DV, bool kLowHalves>
+template <class T, int DK, int DV, bool kLowHalves, bool kValueBlocks>
 __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const DiagGradParams p) {
   using Tiles = DiagGradTiles<T, DK, DV>;
   using G = typename Tiles::G;
@@ -170,8 +178,13 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   const int h = blockIdx.y, H = p.heads;
   const int64_t tok0 = bos + chunk * C, slot = coff + chunk;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
-  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
-  const bool excl = p.exclusive != 0, wantDg = p.dg != nullptr;
+  // kValueBlocks: this CTA's value block is columns [v0, v0 + DV) of the tensors' value_dim, and
+  // dq, dk and dg go to the block's fp32 planes (diag_grad_params.h); else value_dim = DV
+  const int dvAll = kValueBlocks ? p.value_dim : DV, v0 = kValueBlocks ? int(blockIdx.z) * DV : 0;
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * dvAll;
+  const int64_t partOffset = kValueBlocks ? int64_t(blockIdx.z) * p.part_plane : 0;
+  float* const dgOut = kValueBlocks ? (p.dg_part ? p.dg_part + partOffset : nullptr) : p.dg;  // also phase 2-4's scratch
+  const bool excl = p.exclusive != 0, wantDg = dgOut != nullptr;
   const float scale = p.scale;
 
   const auto tQ = smemTile(sm.q, typename G::Qk{});
@@ -218,7 +231,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
 
   // ---- loads: q, k, v, d_o, g, S_c, dS_{c+1} (cp.async); then b and <S_c, dS_{c+1}> per row ----
   {
-    const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+    const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * dvAll + v0;
     loadTile<false, C, DK, kDiagGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
     loadTile<false, C, DK, kDiagGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
     loadTile<false, C, DV, kDiagGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
@@ -230,9 +243,9 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.b[bIndex<DK>(t, c)])),
              g + (valid ? t * rowK + c : 0), valid);
     }
-    const int64_t st = (slot * H + h) * int64_t(DK) * DV;
-    loadTile<false, DK, DV, kDiagGradThreads>(tS, 0, static_cast<const T*>(p.states) + st, DV, DK);
-    loadTile<false, DK, DV, kDiagGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + st, DV, DK);
+    const int64_t st = (slot * H + h) * int64_t(DK) * dvAll + v0;  // [slots, H, dk, dv]
+    loadTile<false, DK, DV, kDiagGradThreads>(tS, 0, static_cast<const T*>(p.states) + st, dvAll, DK);
+    loadTile<false, DK, DV, kDiagGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + st, dvAll, DK);
     copyCommit();
     if (excl)
       for (int c = tid; c < DK; c += kDiagGradThreads) sm.u[c] = p.u[int64_t(h) * DK + c];
@@ -386,6 +399,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     ctaBarrier();  // every product done: the operand tiles are free for d_g's staging
     {
       T* dq = static_cast<T*>(p.dq) + tok0 * rowK + int64_t(h) * DK;
+      float* dqPart = kValueBlocks && p.dq_part ? p.dq_part + partOffset + tok0 * rowK + int64_t(h) * DK : nullptr;
       forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
         const float2 qq = unpack2<T>(lds32(tQ.at(t, c)));
         if (wantDg)
@@ -396,7 +410,12 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
           x0 += sm.ddiag[t] * u[c] * kk.x;
           x1 += sm.ddiag[t] * u[c + 1] * kk.y;
         }
-        if (p.dq && t < rows) *reinterpret_cast<uint32_t*>(dq + t * rowK + c) = pack2<T>(x0, x1);
+        if (t >= rows) return;
+        if constexpr (kValueBlocks) {
+          if (dqPart) *reinterpret_cast<float2*>(dqPart + t * rowK + c) = make_float2(x0, x1);
+        } else if (p.dq) {
+          *reinterpret_cast<uint32_t*>(dq + t * rowK + c) = pack2<T>(x0, x1);
+        }
       });
     }
   } else if (wg == 1) {
@@ -407,7 +426,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       gemm<true>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)),
                  thrX.partition_fragment_B(tDS.tensor()(_, _, 0)), acc);
       commitAndWait(acc);
-      float* dg = p.dg + tok0 * rowK + int64_t(h) * DK;
+      float* dg = dgOut + tok0 * rowK + int64_t(h) * DK;
       forEachPair<typename G::MmaXS>(cX, [&](int i, int s, int c) {
         const float2 f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
         acc(i) *= f.x;
@@ -467,6 +486,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     ctaBarrier();
     {
       T* dk = static_cast<T*>(p.dk) + tok0 * rowK + int64_t(h) * DK;
+      float* dkPart = kValueBlocks && p.dk_part ? p.dk_part + partOffset + tok0 * rowK + int64_t(h) * DK : nullptr;
       forEachPair<typename G::MmaXS>(cX, [&](int i, int s, int c) {
         const float2 kk = unpack2<T>(lds32(tK.at(s, c)));
         if (wantDg)  // k dk; phase 4 subtracts k dk_inter
@@ -477,7 +497,12 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
           x0 += sm.ddiag[s] * u[c] * qq.x;
           x1 += sm.ddiag[s] * u[c + 1] * qq.y;
         }
-        if (p.dk && s < rows) *reinterpret_cast<uint32_t*>(dk + s * rowK + c) = pack2<T>(x0, x1);
+        if (s >= rows) return;
+        if constexpr (kValueBlocks) {
+          if (dkPart) *reinterpret_cast<float2*>(dkPart + s * rowK + c) = make_float2(x0, x1);
+        } else if (p.dk) {
+          *reinterpret_cast<uint32_t*>(dk + s * rowK + c) = pack2<T>(x0, x1);
+        }
       });
     }
   } else {
@@ -595,7 +620,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
                   thr.partition_fragment_B(tOt.tensor()(_, _, 0)), accV);
       commitAndWait(accV);
       if (p.dv) {
-        T* dv = static_cast<T*>(p.dv) + tok0 * rowV + int64_t(h) * DV;
+        T* dv = static_cast<T*>(p.dv) + tok0 * rowV + int64_t(h) * dvAll + v0;
         forEachPair<typename G::MmaKdS>(cV, [&](int i, int s, int c) {
           if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(accV(i), accV(i + 1));
         });
@@ -622,7 +647,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   // and Z.
   if (tid < DK) {
     const int c = tid;
-    float* dg = p.dg + tok0 * rowK + int64_t(h) * DK + c;
+    float* dg = dgOut + tok0 * rowK + int64_t(h) * DK + c;
     // dg's rows are read a block of NB tokens at a time, the block's loads issued together before
     // any of its stores (a load a token, after the previous token's store, would wait one L2 round
     // trip each: 2 C of them).
@@ -660,22 +685,59 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   }
 }
 
-/// The stage over every chunk slot and head (diag_grad_<dtype>.cu instantiate it).
+/// dq, dk (input dtype) and dg (fp32) as the sums of the value blocks' fp32 planes, four elements
+/// a thread per step (a plane is [B, T, H, dk], dk a multiple of 64).
+template <class T>
+__global__ void diagSumValueBlocksKernel(const DiagGradParams p, int blocks) {
+  const int64_t quads = p.part_plane / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < quads; i += int64_t(gridDim.x) * blockDim.x) {
+    auto sum = [&](const float* part) {
+      float4 s = reinterpret_cast<const float4*>(part)[i];
+      for (int b = 1; b < blocks; ++b) {
+        const float4 x = reinterpret_cast<const float4*>(part + b * p.part_plane)[i];
+        s = make_float4(s.x + x.x, s.y + x.y, s.z + x.z, s.w + x.w);
+      }
+      return s;
+    };
+    auto store = [&](void* out, float4 s) {
+      uint2 packed = make_uint2(pack2<T>(s.x, s.y), pack2<T>(s.z, s.w));
+      reinterpret_cast<uint2*>(out)[i] = packed;
+    };
+    if (p.dq_part) store(p.dq, sum(p.dq_part));
+    if (p.dk_part) store(p.dk, sum(p.dk_part));
+    if (p.dg_part) reinterpret_cast<float4*>(p.dg)[i] = sum(p.dg_part);
+  }
+}
+
+/// The stage over every chunk slot, head and value block (diag_grad_<dtype>.cu instantiate it):
+/// `valueBlocks` blocks of DV columns; with more than one, p's part planes are set and their sums
+/// are written to dq, dk and dg afterwards.
 template <class T, int DK, int DV>
-void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
-  auto kernel = p.low_halves ? diagGradKernel<T, DK, DV, true> : diagGradKernel<T, DK, DV, false>;
+void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream) {
+  auto kernel = p.low_halves ? diagGradKernel<T, DK, DV, true, false> : diagGradKernel<T, DK, DV, false, false>;
+  if constexpr (DV == 128) {  // value blocks (diag_grad_params.h) take the widest tile
+    if (valueBlocks > 1)
+      kernel = p.low_halves ? diagGradKernel<T, DK, DV, true, true> : diagGradKernel<T, DK, DV, false, true>;
+  }
+  LINAC_REQUIRE(valueBlocks == 1 || DV == 128, "hopper diagGrad: value blocks of 128 columns");
   constexpr size_t bytes = DiagGradTiles<T, DK, DV>::kSmemBytes;
   static_assert(bytes <= 227 * 1024, "one CTA per SM: an H100 / H200 SM offers 227 KiB");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<dim3(unsigned(slots), p.heads), kDiagGradThreads, bytes, stream>>>(p);
+  kernel<<<dim3(unsigned(slots), p.heads, unsigned(valueBlocks)), kDiagGradThreads, bytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagGradKernel");
+  if (valueBlocks == 1) return;
+  constexpr int kThreads = 256;
+  const int64_t quads = p.part_plane / 4;
+  const unsigned grid = unsigned(std::min<int64_t>((quads + kThreads - 1) / kThreads, 65535));
+  diagSumValueBlocksKernel<T><<<grid, kThreads, 0, stream>>>(p, valueBlocks);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::diagSumValueBlocksKernel");
 }
 
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper.
 #define LINAC_HOPPER_DIAG_GRAD_INSTANTIATE(T)                                              \
-  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, cudaStream_t);     \
-  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, cudaStream_t);    \
-  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, cudaStream_t);    \
-  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, cudaStream_t);
+  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);     \
+  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);    \
+  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);    \
+  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);

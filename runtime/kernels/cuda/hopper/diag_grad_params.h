@@ -26,6 +26,13 @@ struct DiagGradParams {
   void* dv;               // [B, T, H, dv] or null
   float* dg;              // [B, T, H, dk] or null
   float* du_part;         // [slots, H, dk] d_u partials (exclusive, d_u wanted) or null
+  // Value blocks (dv above the stage's tile, diag_grad.cuh): each block's dq, dk and dg, fp32, a
+  // plane of part_plane elements ([B, T, H, dk]) per block, summed into dq, dk, dg afterwards;
+  // null (one block): written directly.
+  float* dq_part;
+  float* dk_part;
+  float* dg_part;
+  int64_t part_plane;
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;        // T
   int64_t chunks_per_seq; // ceil(T / C) (padded batches)

@@ -182,19 +182,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
   if (reverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
 }
 
-template <class T, int DK, int DV, int BV>
+template <class T, int DK, int BV>
 void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
-  static_assert(DV % BV == 0, "whole value blocks");
+  LINAC_REQUIRE(p.value_dim % BV == 0, "hopper diagStateScan: value_dim in whole value blocks");
   auto kernel = diagStateScanKernel<T, DK, BV>;
   constexpr size_t bytes = DiagStateScanTiles<T, DK, BV>::kSmemBytes;
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<dim3(DV / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p);
+  kernel<<<dim3(p.value_dim / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagStateScanKernel");
 }
 
 /// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it):
 /// value blocks of 64 columns, or of 32 where blocks of 64 would leave multiprocessors without a
-/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32).
+/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32). DV is
+/// the gradient stage's value tile; p.value_dim, a multiple of it, sizes the grid.
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   constexpr int kWide = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock, kNarrow = kWide / 2;
@@ -204,10 +205,10 @@ void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
     return count;
   }();
-  if (int64_t(DV / kWide) * p.heads * 2 * p.num_seqs < smCount)
-    launchDiagStateScan<T, DK, DV, kNarrow>(p, stream);
+  if (int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs < smCount)
+    launchDiagStateScan<T, DK, kNarrow>(p, stream);
   else
-    launchDiagStateScan<T, DK, DV, kWide>(p, stream);
+    launchDiagStateScan<T, DK, kWide>(p, stream);
 }
 
 }  // namespace linac::kernels::cuda::hopper
