@@ -65,7 +65,7 @@ bool useLateLoads() {
 /// accumulator is DK x BV fp32 over one warpgroup (64 registers a thread at BV = 32, 128 at
 /// BV = 64, where ptxas spills ~1 KB), so BV = 32 always; and two stages of q, k and w (192 KB)
 /// leave no room for the value tiles, so the delta rule keeps one stage of q / w (late loads)
-/// whatever the decay (170-175 KB: one CTA per SM).
+/// whatever the decay (178 KB with P's two stages: one CTA per SM).
 template <class T, int DK, class Decay, bool kDelta>
 void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
   constexpr int kNarrow = kNarrowValueBlock;
