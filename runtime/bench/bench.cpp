@@ -69,23 +69,6 @@ prologue::Operands rawOperands(const spec::VariantSpec& spec, const Options& o,
   return ops;
 }
 
-/// Whether training learns the decay, so that a backward asks for d_g: its map reads an input or a
-/// parameter, or it is an input itself. RetNet's log(1 - 2^(-5 - head)) reads only the head index:
-/// a constant per head whose gradient nothing asks for (nor does fla's chunk_retention compute it).
-bool decayLearned(const runtime::VariantKernels& kernels) {
-  if (kernels.kind.decay == kernels::DecayClass::None) return false;
-  const runtime::PrologueMap* decay = kernels.find("decay");
-  if (decay == nullptr) return true;  // a plain reference to an input
-  const auto& layer = kernels.layer;
-  for (const std::string& arg : decay->args) {
-    for (const auto& in : layer.inputs)
-      if (in.name == arg) return true;
-    for (const auto& param : layer.params)
-      if (param.name == arg) return true;
-  }
-  return false;
-}
-
 /// Forward and forward+backward from the raw operands, fused into the kernel and composed.
 void rawTimings(const spec::VariantSpec& spec, const runtime::VariantKernels& kernels,
                 const Options& o, const torch::Device& dev, torch::ScalarType type,
@@ -185,7 +168,7 @@ std::vector<Timing> run(const spec::VariantSpec& spec, const runtime::VariantKer
   }, o));
   ops::RecurrenceInputs grad = in;  // d_g only where training learns the decay
   for (torch::Tensor* t : {&grad.q, &grad.k, &grad.v, &grad.g, &grad.beta})
-    if (t->defined() && (t != &grad.g || decayLearned(kernels))) *t = t->detach().requires_grad_(true);
+    if (t->defined() && (t != &grad.g || kernels.learnsDecay())) *t = t->detach().requires_grad_(true);
   torch::Tensor dO = torch::randn({B, T, H, D}, f32).to(type);
   out.push_back(timeOrSkip("fwd+bwd", floorMs(9 * tensorBytes + 3 * (gBytes + betaBytes)), [&] {
     auto [o_, ht] = ops::recurrence(grad, opt);

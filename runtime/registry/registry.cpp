@@ -46,6 +46,18 @@ const PrologueMap* VariantKernels::find(std::string_view role) const {
   return it == maps.end() ? nullptr : &*it;
 }
 
+bool VariantKernels::learnsDecay() const {
+  if (kind.decay == kernels::DecayClass::None) return false;
+  const PrologueMap* decay = find("decay");
+  if (decay == nullptr) return true;  // a plain reference to an input
+  auto named = [](const auto& list, const std::string& name) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& entry) { return entry.name == name; });
+  };
+  return std::any_of(decay->args.begin(), decay->args.end(), [&](const std::string& arg) {
+    return named(layer.inputs, arg) || named(layer.params, arg);
+  });
+}
+
 const DeviceMap* VariantDeviceMaps::find(std::string_view role) const {
   auto it = std::find_if(maps.begin(), maps.end(), [&](const DeviceMap& m) { return m.role == role; });
   return it == maps.end() ? nullptr : &*it;

@@ -58,6 +58,10 @@ struct VariantKernels {
 
   /// The map for `role`, or null when the role is a plain reference (no expression).
   const PrologueMap* find(std::string_view role) const;
+  /// Whether training learns the decay, so that a backward is asked for d_g: the decay is an input
+  /// itself, or its map reads an input or a parameter. RetNet's log(1 - 2^(-5 - head)) reads only
+  /// the head index: a constant per head, with no gradient to compute.
+  bool learnsDecay() const;
 };
 
 /// Rank of the index space the device maps run over; results of lower rank are padded with

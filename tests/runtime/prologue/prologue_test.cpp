@@ -126,6 +126,18 @@ TEST(DeviceRegistry, FindsTheDeviceMapOfTheSameSpecHashOnly) {
   EXPECT_THROW(runtime::Registry::addDevice(&duplicate), std::logic_error);
 }
 
+// `linac bench` asks for d_g only where training learns the decay.
+TEST(Registry, LearnsTheDecayWhereItsMapReadsAnInputOrAParameter) {
+  auto learns = [](const std::string& name) {
+    const runtime::VariantKernels* v = runtime::Registry::find(name);
+    EXPECT_NE(v, nullptr) << name;
+    return v != nullptr && v->learnsDecay();
+  };
+  EXPECT_FALSE(learns("retnet"));    // log(1 - 2^(-5 - head)): the head index only
+  EXPECT_FALSE(learns("deltanet"));  // no decay
+  for (const char* name : {"gla", "rwkv6", "hgrn2", "mamba2", "gated_deltanet"}) EXPECT_TRUE(learns(name)) << name;
+}
+
 TEST(DeviceRegistry, EveryGeneratedVariantHasDeviceMapsExactlyInCudaBuilds) {
   for (const runtime::VariantKernels* v : runtime::Registry::all()) {
     if (v->name.rfind("prologue_test_", 0) == 0) continue;
