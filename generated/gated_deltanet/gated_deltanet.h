@@ -21,7 +21,7 @@
 namespace linac::generated::gated_deltanet {
 
 /// matrix state, delta update, inclusive readout, decay class scalar; algorithm chunk_delta.
-inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kernels::UpdateRule::Delta, kernels::Readout::Inclusive};
+inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kernels::UpdateRule::Delta, kernels::Readout::Inclusive, /*preciseDecayGrad=*/true};
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 4;
 inline constexpr int kChunk = 64;

@@ -21,7 +21,7 @@
 namespace linac::generated::mamba2 {
 
 /// matrix state, additive update, inclusive readout, decay class scalar; algorithm chunk_additive.
-inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kernels::UpdateRule::Additive, kernels::Readout::Inclusive};
+inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Scalar, kernels::UpdateRule::Additive, kernels::Readout::Inclusive, /*preciseDecayGrad=*/true};
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 32;
 inline constexpr int kChunk = 64;

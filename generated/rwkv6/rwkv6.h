@@ -21,7 +21,7 @@
 namespace linac::generated::rwkv6 {
 
 /// matrix state, additive update, exclusive_bonus readout, decay class diagonal; algorithm chunk_additive.
-inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Diagonal, kernels::UpdateRule::Additive, kernels::Readout::ExclusiveBonus};
+inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::Diagonal, kernels::UpdateRule::Additive, kernels::Readout::ExclusiveBonus, /*preciseDecayGrad=*/true};
 inline constexpr bool kVectorState = false;
 inline constexpr int kHeads = 4;
 inline constexpr int kChunk = 64;

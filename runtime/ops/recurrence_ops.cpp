@@ -122,6 +122,7 @@ struct RecurrenceFunction : public torch::autograd::Function<RecurrenceFunction>
     ctx->saved_data["decay"] = static_cast<int64_t>(kind.decay);
     ctx->saved_data["update"] = static_cast<int64_t>(kind.update);
     ctx->saved_data["readout"] = static_cast<int64_t>(kind.readout);
+    ctx->saved_data["precise_decay_grad"] = kind.preciseDecayGrad;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["g_dtype"] = g.defined() ? g.scalar_type() : torch::kFloat;
@@ -138,7 +139,8 @@ struct RecurrenceFunction : public torch::autograd::Function<RecurrenceFunction>
                         &beta = saved[4], &u = saved[5], &h0 = saved[6], &cu_host = saved[7];
     const RecurrenceKind kind{static_cast<DecayClass>(ctx->saved_data["decay"].toInt()),
                               static_cast<UpdateRule>(ctx->saved_data["update"].toInt()),
-                              static_cast<Readout>(ctx->saved_data["readout"].toInt())};
+                              static_cast<Readout>(ctx->saved_data["readout"].toInt()),
+                              ctx->saved_data["precise_decay_grad"].toBool()};
     const auto& edges = ctx->saved_data["edges"];
     RecurrenceWanted wanted{needsGrad(ctx, edges, 0), needsGrad(ctx, edges, 1),
                             needsGrad(ctx, edges, 2), needsGrad(ctx, edges, 3),

@@ -6,7 +6,7 @@
 // CHECK: {role = "grad:decay"}
 // CHECK: {role = "beta"}
 // CHECK: {role = "grad:beta"}
-// CHECK: linac.recurrence matrix delta inclusive {{.*}} decay_class(scalar) algorithm(chunk_delta) {fused = {available = true, beta = true, decay = true, k = "k", norm_k = true, norm_q = true, q = "q", v = "v"}, scale = 6.250000e-02 : f64, tile = {chunk = 64 : i64}}
+// CHECK: linac.recurrence matrix delta inclusive {{.*}} decay_class(scalar) algorithm(chunk_delta) {fused = {available = true, beta = true, decay = true, k = "k", norm_k = true, norm_q = true, q = "q", v = "v"}, scale = 6.250000e-02 : f64, tile = {chunk = 64 : i64, precise_decay_grad = 1 : i64}}
 linac.variant @gated_deltanet attributes {heads = 4 : i64, key_dim = 256 : i64, value_dim = 512 : i64} {
   %q = linac.input "q" {conv = 4 : i64, activation = #linac.activation<silu>, l2norm} : !linac.field<token, key>
   %k = linac.input "k" {conv = 4 : i64, activation = #linac.activation<silu>, l2norm} : !linac.field<token, key>

@@ -404,6 +404,8 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
   auto chunkAttr = rec.getTileAttr() ? rec.getTileAttr().getAs<mlir::IntegerAttr>("chunk") : nullptr;
   if (!chunkAttr) throw std::runtime_error("emit: the recurrence has no tile chunk (run linac-select-algorithm)");
   const int64_t chunk = chunkAttr.getInt();
+  auto preciseAttr = rec.getTileAttr().getAs<mlir::IntegerAttr>("precise_decay_grad");
+  const bool preciseDecayGrad = preciseAttr && preciseAttr.getInt() != 0;
 
   h << "//\n// " << (variant.getDescription() ? variant.getDescription()->str() : name) << "\n"
     << "// The kernel skeletons (runtime/kernels) read kKind to pick their algorithm and call the\n"
@@ -423,7 +425,8 @@ std::map<std::string, std::string> emitVariantFiles(mlir::ModuleOp module) {
   h << "inline constexpr kernels::RecurrenceKind kKind{kernels::DecayClass::" << decay
     << ", kernels::UpdateRule::"
     << (rec.getUpdate() == ml::UpdateRule::delta ? "Delta" : "Additive") << ", kernels::Readout::"
-    << (rec.getReadout() == ml::Readout::inclusive ? "Inclusive" : "ExclusiveBonus") << "};\n";
+    << (rec.getReadout() == ml::Readout::inclusive ? "Inclusive" : "ExclusiveBonus")
+    << (preciseDecayGrad ? ", /*preciseDecayGrad=*/true" : "") << "};\n";
   h << "inline constexpr bool kVectorState = " << (vector ? "true" : "false") << ";\n";
   h << "inline constexpr int kHeads = " << intConstant(variant.getHeads(), "heads") << ";\n";
   h << "inline constexpr int kChunk = " << intConstant(chunk, "chunk") << ";\n\n";

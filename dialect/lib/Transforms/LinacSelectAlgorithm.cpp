@@ -2,7 +2,10 @@
 
 #include "linac/Dialect/Linac/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 
 namespace mlir::linac {
 #define GEN_PASS_DEF_LINACSELECTALGORITHMPASS
@@ -13,6 +16,35 @@ using namespace mlir;
 using namespace mlir::linac;
 
 namespace {
+
+/// True if the decay is a product with an exp factor of a map operand, g = c * exp(h(x)) * ...
+/// (RWKV-6's -exp(w), Mamba-2's -exp(A_log) * dt): then dg/dx = g h'(x) * ..., so the gradient of
+/// x weighs each channel's d_g by the decay itself, and d_g must be accurate where the decay is
+/// strong and d_g small. Follows the yielded value through negation, products and quotients'
+/// numerators.
+static bool decayHasExpFactor(Value decay) {
+  auto map = decay ? decay.getDefiningOp<MapOp>() : MapOp();
+  if (!map)
+    return false;
+  SmallVector<Value> todo{
+      map.getYieldedValues()[cast<OpResult>(decay).getResultNumber()]};
+  while (!todo.empty()) {
+    Operation *def = todo.pop_back_val().getDefiningOp();
+    if (!def)
+      continue;
+    if (auto exp = dyn_cast<math::ExpOp>(def)) {
+      if (!matchPattern(exp.getOperand(), m_Constant()))
+        return true;
+    } else if (auto neg = dyn_cast<arith::NegFOp>(def)) {
+      todo.push_back(neg.getOperand());
+    } else if (auto mul = dyn_cast<arith::MulFOp>(def)) {
+      todo.append({mul.getLhs(), mul.getRhs()});
+    } else if (auto div = dyn_cast<arith::DivFOp>(def)) {
+      todo.push_back(div.getLhs());
+    }
+  }
+  return false;
+}
 
 struct LinacSelectAlgorithm
     : mlir::linac::impl::LinacSelectAlgorithmPassBase<LinacSelectAlgorithm> {
@@ -28,9 +60,12 @@ struct LinacSelectAlgorithm
       Builder b(op.getContext());
       op.setAlgorithmAttr(AlgorithmAttr::get(op.getContext(), algorithm));
       auto variant = op->getParentOfType<VariantOp>();
-      NamedAttribute chunk(b.getStringAttr("chunk"),
-                           b.getI64IntegerAttr(variant.getChunk()));
-      op.setTileAttr(b.getDictionaryAttr({chunk}));
+      SmallVector<NamedAttribute> tile{NamedAttribute(
+          b.getStringAttr("chunk"), b.getI64IntegerAttr(variant.getChunk()))};
+      if (decayHasExpFactor(op.getDecay()))
+        tile.push_back(NamedAttribute(b.getStringAttr("precise_decay_grad"),
+                                      b.getI64IntegerAttr(1)));
+      op.setTileAttr(b.getDictionaryAttr(tile));
     });
   }
 };

@@ -32,6 +32,11 @@ struct RecurrenceKind {
   DecayClass decay = DecayClass::None;
   UpdateRule update = UpdateRule::Additive;
   Readout readout = Readout::Inclusive;
+  /// The decay is a product with an exp factor of a learned operand (RWKV-6's -exp(w)), so that
+  /// operand's gradient weighs d_g by the decay itself: d_g must be accurate where the decay is
+  /// strong (the Hopper diagonal backward then takes Ks / Qs in two 16-bit halves). Set by
+  /// linac-select-algorithm (the tile's precise_decay_grad).
+  bool preciseDecayGrad = false;
 };
 
 /// Sizes of one call. Tensors are contiguous [B, T, H, D] (fla's layout). With cu_seqlens

@@ -25,9 +25,9 @@
 //                 (LINAC_HOPPER_WIDE_BWD=1, the default; LINAC_HOPPER_WIDE_BWD=0 sends the
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
 //   --hopper-diag-single  the diagonal decay's Hopper gradient stage takes Ks and Qs in one 16-bit
-//                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two halves, for both
-//                 readouts, bf16 / fp16 at dk, dv in {64, 128}; LINAC_HOPPER_DIAG_BWD=0 sends
-//                 them to the mma.sync passes)
+//                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two where the kind's
+//                 preciseDecayGrad says so, as the -exp(w) cases set it; LINAC_HOPPER_DIAG_BWD=0
+//                 sends both readouts to the mma.sync passes)
 //   --hopper-diag-wide  the diagonal decay's Hopper backward also at dv above 128, in value blocks
 //                 of 128 (LINAC_HOPPER_DIAG_WIDE=1; inclusive readout, dk in {64, 128})
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
@@ -767,7 +767,8 @@ void benchBackward() {
       {"RetNet   additive-fixed", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 1.604, false},
       {"sGLA     additive-scalar", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 1.622, true},
       {"GLA      additive-diag", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 2.994, true},
-      {"RWKV-6   additive-diag-bonus", {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, 0.0, true},
+      {"RWKV-6   additive-diag-bonus",  // -exp(w): the compiler marks its d_g precise
+       {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus, true}, 0.0, true},
       {"DeltaNet delta-none", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 1.458, false},
       {"GDN      delta-scalar", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 2.259, true},
   };  // fla 0.6.0 fwd+bwd, same H200, 2026-12-03 (bench/NOTES.md, "Hopper forward on wgmma")
@@ -1009,6 +1010,7 @@ int main(int argc, char** argv) {
           n.all_grads = false; runBwdCase(n);
           for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
             Case w{gk, dt, 2, 200, 2, 128, 128, {}};
+            w.kind.preciseDecayGrad = true;  // as linac-select-algorithm marks an exp-factor decay
             w.wsigma = 1.5; runBwdCase(w);
           }
         }

@@ -138,6 +138,19 @@ TEST(Registry, LearnsTheDecayWhereItsMapReadsAnInputOrAParameter) {
   for (const char* name : {"gla", "rwkv6", "hgrn2", "mamba2", "gated_deltanet"}) EXPECT_TRUE(learns(name)) << name;
 }
 
+// linac-select-algorithm marks a decay with an exp factor (the generated kKind's preciseDecayGrad):
+// the Hopper diagonal backward then takes Ks / Qs in two 16-bit halves.
+TEST(Registry, MarksTheDecaysWithAnExpFactorForAPreciseGradient) {
+  auto precise = [](const std::string& name) {
+    const runtime::VariantKernels* v = runtime::Registry::find(name);
+    EXPECT_NE(v, nullptr) << name;
+    return v != nullptr && v->kind.preciseDecayGrad;
+  };
+  for (const char* name : {"rwkv6", "mamba2", "gated_deltanet"}) EXPECT_TRUE(precise(name)) << name;  // -exp(..) * ..
+  for (const char* name : {"gla", "hgrn2", "retnet", "deltanet", "gated_delta_diag"})
+    EXPECT_FALSE(precise(name)) << name;  // logsigmoid, log(f), constant, none
+}
+
 TEST(DeviceRegistry, EveryGeneratedVariantHasDeviceMapsExactlyInCudaBuilds) {
   for (const runtime::VariantKernels* v : runtime::Registry::all()) {
     if (v->name.rfind("prologue_test_", 0) == 0) continue;

@@ -4,7 +4,7 @@
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
 // mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
 // by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends it back to the mma.sync passes,
-// LINAC_HOPPER_DIAG_BWD=single takes Ks and Qs in one 16-bit half).
+// =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
 
 #include "../cuda_check.h"
@@ -138,17 +138,19 @@ bool diagonalGradEnabled() {
   return env == nullptr || std::string(env) != "0";
 }
 
-/// Whether the gradient stage takes Ks and Qs as high and low 16-bit halves (diag_grad.cuh): the
-/// default. A decay parameterised as g = -exp(w) (RWKV-6) gives d_w = d_g . g, which weighs the
-/// strongly decaying channels, where d_g is small, most; there the chunk-local d_g of single
-/// 16-bit Ks and Qs missed the 5e-3 gate on d_w (`linac verify specs/rwkv6.yaml --device cuda`
-/// 1.1e-2 to 1.7e-2 on the H200, 2026-12-05) and the halves pass it (192 / 192 on an H100,
-/// 2026-12-05; NOTES.md has the analysis). LINAC_HOPPER_DIAG_BWD=single takes one half, about
-/// 0.45 ms faster on GLA's backward at B8 T4096 H8 D128, for A / B runs: it is exact enough for a
-/// bounded gate derivative (GLA's and HGRN-2's verify passes either way).
-bool diagonalLowHalves() {
+/// Whether the gradient stage takes Ks and Qs as high and low 16-bit halves (diag_grad.cuh): where
+/// the compiler marked the decay's gradient as needing precision (kind.preciseDecayGrad: a decay
+/// with an exp factor, as RWKV-6's -exp(w), whose d_w = d_g . g weighs the strongly decaying
+/// channels, where d_g is small, most). There one half missed the 5e-3 gate on d_w (`linac verify
+/// specs/rwkv6.yaml --device cuda`: 1.1e-2 to 1.7e-2 on the H200) and two pass it (192 / 192 on an
+/// H100, 2026-12-05; NOTES.md has the analysis); they cost GLA's backward about 0.45 ms at B8 T4096
+/// H8 D128, whose logsigmoid gate has a bounded derivative and passes with one.
+/// LINAC_HOPPER_DIAG_BWD=single / =halves force one or two for A / B runs.
+bool diagonalLowHalves(const RecurrenceKind& kind) {
   const char* env = std::getenv("LINAC_HOPPER_DIAG_BWD");
-  return env == nullptr || std::string(env) != "single";
+  if (env != nullptr && std::string(env) == "single") return false;
+  if (env != nullptr && std::string(env) == "halves") return true;
+  return kind.preciseDecayGrad;
 }
 
 constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
@@ -191,7 +193,7 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   LINAC_REQUIRE(diagonalGradSupported(kind, dtype, s), "hopper diagonalGrad: unsupported call");
   if (slots <= 0) return;
   DiagGradParams q = p;
-  q.low_halves = diagonalLowHalves() ? 1 : 0;
+  q.low_halves = diagonalLowHalves(kind) ? 1 : 0;
   // several value blocks: each block's dq, dk, dg into fp32 planes, summed after the stage
   const int blocks = diagonalValueBlocks(s);
   const int64_t plane = s.batch * s.seq_len * s.heads * s.key_dim;  // [B, T, H, dk] (B = 1 varlen)

@@ -36,8 +36,9 @@
 // (dg's rows serve it as scratch before their final value): deterministic, no atomics.
 // Roundings: S_c, dS_{c+1} (stored so by the state passes; <S_c, dS_{c+1}> is summed from them),
 // D, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks' chains are
-// fp32. Ks and Qs enter as a 16-bit pair with kLowHalves (p.low_halves: the default; high halves
-// alone with LINAC_HOPPER_DIAG_BWD=single), high half then low half (x - round(x), over the same
+// fp32. Ks and Qs enter as a 16-bit pair with kLowHalves (p.low_halves: where the compiler marks
+// the decay's gradient precise, RecurrenceKind::preciseDecayGrad; high halves alone otherwise),
+// high half then low half (x - round(x), over the same
 // tiles once the high products are done): a pair (t, s) of one chunk reaches d_g twice, through
 // Ks in q dq' and through Qs in k dk_intra, and cancels there unless both are near exact. Rounded
 // to 16 bits once, the residue of the large intra-chunk terms swamped the small d_g of strongly

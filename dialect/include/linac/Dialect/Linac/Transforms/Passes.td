@@ -70,9 +70,14 @@ def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"
     Sets `algorithm`: vector state -> vector_scan; additive -> chunk_additive;
     delta -> chunk_delta. Also sets `tile`, a dictionary of i64 entries the
     emitter turns into code: `chunk`, the variant's chunk hint (default 64),
-    the chunk length the CPU kernels run (the generated `kChunk`). The CUDA
-    kernels choose their chunk and value block from the head dims and shared
-    memory at run time, so nothing here is target-specific yet.
+    the chunk length the CPU kernels run (the generated `kChunk`); and
+    `precise_decay_grad = 1` where the decay is a product with an exp factor
+    of an operand (RWKV-6's -exp(w)): the gradient of that operand weighs
+    each channel's d_g by the decay itself, so the kernels compute d_g for
+    accuracy at strong decays (the Hopper diagonal backward takes its Ks / Qs
+    products in two 16-bit halves; the generated kKind's preciseDecayGrad).
+    The CUDA kernels choose their chunk and value block from the head dims and
+    shared memory at run time.
 
     Example: `linac-opt -linac-select-algorithm in.mlir`
   }];
