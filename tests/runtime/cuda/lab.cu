@@ -662,25 +662,15 @@ double withHopper(bool on, F&& f) {
   return ms;
 }
 
-/// Runs f with the delta rule's preparation inverting (I + A) one column per thread
-/// (LINAC_HOPPER_BLOCK_INVERSE=0), then restores the environment.
+/// Runs f with the environment variable `name` set to `value`, then restores what it was.
 template <class F>
-double withColumnInverse(F&& f) {
-  const char* names[] = {"LINAC_HOPPER_BLOCK_INVERSE"};
-  constexpr int kNames = 1;
-  std::string saved[kNames];
-  bool had[kNames];
-  for (int i = 0; i < kNames; ++i) {
-    const char* v = std::getenv(names[i]);
-    had[i] = v != nullptr;
-    if (had[i]) saved[i] = v;
-    setenv(names[i], "0", 1);
-  }
+double withEnv(const char* name, const char* value, F&& f) {
+  const char* before = std::getenv(name);
+  const std::string saved = before ? before : "";
+  setenv(name, value, 1);
   const double ms = f();
-  for (int i = 0; i < kNames; ++i) {
-    if (had[i]) setenv(names[i], saved[i].c_str(), 1);
-    else unsetenv(names[i]);
-  }
+  if (before) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
   return ms;
 }
 
@@ -716,7 +706,7 @@ void bench() {
     a.scale = float(1.0 / std::sqrt(double(dk))); a.o = o.p; a.ht = ht.as<float>();
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
-    const double columnMs = withColumnInverse(run);
+    const double columnMs = withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run);
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
@@ -803,11 +793,7 @@ void benchBackward() {
     auto backward = [&] {
       return medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
     };
-    const char* hopperBwd = std::getenv("LINAC_HOPPER_BWD");
-    setenv("LINAC_HOPPER_BWD", "0", 1);
-    const double bms = backward();
-    if (hopperBwd) setenv("LINAC_HOPPER_BWD", hopperBwd, 1);
-    else unsetenv("LINAC_HOPPER_BWD");
+    const double bms = withEnv("LINAC_HOPPER_BWD", "0", backward);
     const double hms = backward();
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
