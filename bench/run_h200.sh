@@ -25,7 +25,7 @@
 #
 #   bash bench/run_h200.sh lab [seconds]
 #     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
-#     build-cuda/linac_cuda_lab.gz, e.g. KEEP_LAB=1's from an earlier call), then its cases
+#     build-cuda/linac_cuda_lab.xz (or .gz), e.g. KEEP_LAB=1's from an earlier call), then its cases
 #     (LAB_ARGS, e.g. "--no-bench --hopper-column-inverse" for an alternative Hopper path) once fla has warmed
 #     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
@@ -33,9 +33,9 @@
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
 #
 #   bash bench/run_h200.sh ab [seconds]
-#     the kernel lab A / B in one call: build-cuda/linac_cuda_lab.gz (this tree's lab, built here with
-#     LAB_BUILD_ONLY=1) and build-cuda/lab_before.gz (the baseline's, built from an earlier commit in
-#     a git worktree), both carried (~29 MB each). The new lab's cases (AB_CASES_ARGS, default
+#     the kernel lab A / B in one call: build-cuda/linac_cuda_lab.xz (this tree's lab, built here with
+#     LAB_BUILD_ONLY=1) and build-cuda/lab_before.xz (the baseline's, built from an earlier commit in
+#     a git worktree), both carried, stripped and xz-compressed (~15 MB each; .gz is read too). The new lab's cases (AB_CASES_ARGS, default
 #     --no-bench), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
 #     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
 #     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
@@ -224,11 +224,11 @@ lab() {
   if [ -d "$MIN" ]; then target=$MIN; else rm -rf "$ALL"; fi
   if [ "${FLA:-1}" = 1 ]; then warm_fla "$target" "${WARM_LIMIT:-400}" & warm_pid=$!; fi
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  # LAB_PREBUILT=1: the carried build-cuda/linac_cuda_lab.gz is run; else the lab is built here
+  # LAB_PREBUILT=1: the carried build-cuda/linac_cuda_lab.xz (or .gz) is run; else the lab is built here
   # (a warm machine keeps an older call's binary, which may not be this tree's)
   local built_here=0
   if [ "${LAB_PREBUILT:-0}" = 1 ]; then
-    gunzip -kf build-cuda/linac_cuda_lab.gz && chmod +x build-cuda/linac_cuda_lab || return 1
+    unpack_lab linac_cuda_lab build-cuda/linac_cuda_lab || return 1
   else  # 16 jobs, beside the warm-up (CPU work only)
     rm -f build-cuda/linac_cuda_lab
     LAB_BUILD_ONLY=1 OUT=/tmp/linac-lab timeout 300 bash tests/runtime/cuda/run_lab.sh > "$OUT/lab.log" 2>&1
@@ -395,13 +395,19 @@ profiled() {
 }
 
 # The kernel lab A / B (see the header): correctness of the new lab, then the timing rows of both.
+# A carried lab binary, build-cuda/NAME.xz (stripped, xz: two labs fit one carry) or NAME.gz,
+# unpacked to DEST.
+unpack_lab() {  # NAME DEST
+  local src=build-cuda/$1
+  if [ -f "$src.xz" ]; then xz -dc "$src.xz" > "$2"
+  elif [ -f "$src.gz" ]; then gunzip -c "$src.gz" > "$2"
+  else echo "build-cuda/$1.xz or .gz missing (carry it)"; return 1; fi && chmod +x "$2"
+}
+
 ab() {
   local b rows
-  for b in after before; do
-    local gz=build-cuda/linac_cuda_lab.gz
-    [ "$b" = before ] && gz=build-cuda/lab_before.gz
-    gunzip -c "$gz" > "/tmp/lab_$b" && chmod +x "/tmp/lab_$b" || { echo "ab: $gz missing (carry it)"; return 1; }
-  done
+  unpack_lab linac_cuda_lab /tmp/lab_after || return 1
+  unpack_lab lab_before /tmp/lab_before || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} > "$OUT/ab_cases.log" 2>&1
   echo "cases rc=$? ($(grep -c PASS "$OUT/ab_cases.log") pass, $((SECONDS - start)) s)"
@@ -529,7 +535,7 @@ parity() {
   restore_cache
   # fla's ops autotune from an empty Triton cache for minutes (GLA alone took ~300 s in the first
   # parity call): one warm-up process per variant fills the cache while the package builds.
-  for v in ${PARITY_VARIANTS:-gla mamba2 retnet deltanet gated_deltanet rwkv6 gated_delta_diag hgrn}; do
+  for v in ${PARITY_VARIANTS-gla mamba2 retnet deltanet gated_deltanet rwkv6 gated_delta_diag hgrn}; do
     TRITON_CACHE_DIR=$MIN PYTHONPATH=.fla/site:bench phase 420 python3 bench/fla_parity.py --fla-warm --only "$v" \
       --shape "${PARITY_SHAPE:-2,1024,4,128}" >> "$WARM/parity_warm.log" 2>&1 &
     warm+=($!)
@@ -547,10 +553,10 @@ parity() {
   echo "parity: package built ($((SECONDS - start)) s)"
   wait "${warm[@]}"
   echo "parity: fla warmed ($((SECONDS - start)) s)"; grep -h "fla_parity" "$WARM/parity_warm.log" | head -10
-  TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 400 python3 bench/fla_parity.py \
+  [ -n "${PARITY_VARIANTS-x}" ] && TRITON_CACHE_DIR=$MIN PYTHONPATH="$prefix:.fla/site" phase 400 python3 bench/fla_parity.py \
     --shape "${PARITY_SHAPE:-2,1024,4,128}" > "$OUT/parity.jsonl" 2>> "$OUT/parity.log"
   echo "parity rc=$? ($((SECONDS - start)) s)"
-  python3 - "$OUT/parity.jsonl" <<'PY'
+  [ -s "$OUT/parity.jsonl" ] && python3 - "$OUT/parity.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print(f"{'variant':16} {'tensor':6} {'linac-ref':>10} {'fla-ref':>10} {'linac-fla':>10}  pass  fla error")

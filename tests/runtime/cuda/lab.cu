@@ -9,7 +9,7 @@
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
-//                       [--hopper-wide-bwd] [--hopper-diag-single] [--hopper-diag-wide]
+//                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -28,8 +28,8 @@
 //                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two where the kind's
 //                 preciseDecayGrad says so, as the -exp(w) cases set it; LINAC_HOPPER_DIAG_BWD=0
 //                 sends both readouts to the mma.sync passes)
-//   --hopper-diag-wide  the diagonal decay's Hopper backward also at dv above 128, in value blocks
-//                 of 128 (LINAC_HOPPER_DIAG_WIDE=1; inclusive readout, dk in {64, 128})
+//   --no-hopper-diag-wide  the diagonal decay's backward at dv above 128 on the mma.sync passes
+//                 (LINAC_HOPPER_DIAG_WIDE=0) instead of the Hopper stages in value blocks of 128
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -817,7 +817,7 @@ void benchBackward() {
   const Row gdn340m{"GDN 340m heads", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true};
   if (benchRow(gdn340m.name)) timeRow(gdn340m, 4, 4096, 4, 256, 512);
   // GLA's heads at the 340m preset, B4 T4096 H4 dk 128 dv 256 ('hopper bwd': the Hopper stages'
-  // value blocks with --hopper-diag-wide, else the mma.sync passes)
+  // value blocks, or the mma.sync passes with --no-hopper-diag-wide)
   const Row gla340m{"GLA 340m heads", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true};
   if (benchRow(gla340m.name)) timeRow(gla340m, 4, 4096, 4, 128, 256);
 }
@@ -837,7 +837,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-wide")) setenv("LINAC_HOPPER_WIDE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);
-    else if (!std::strcmp(argv[i], "--hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "1", 1);
+    else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
@@ -1001,7 +1001,7 @@ int main(int argc, char** argv) {
           }
         }
         // value dims above 128 (GLA at its 340m heads: dk 128, dv 256; the Hopper stage's value
-        // blocks with --hopper-diag-wide, the mma.sync passes without): varlen with strong gates,
+        // blocks, or the mma.sync passes with --no-hopper-diag-wide): varlen with strong gates,
         // fp16 dk 64 x dv 384 over four chunks, null d_q and d_g
         {
           const RecurrenceKind gk{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive};

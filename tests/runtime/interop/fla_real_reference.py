@@ -27,7 +27,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fla_reference import CASES, EPS, rotary  # noqa: E402  (the same configs as the CPU test)
 
-T, B = 100, 2  # > 64 tokens: fla's chunk kernels, not only the fused recurrent path
+T, B = 100, 2  # > 64 tokens: fla's chunk kernels (DeltaNet in fp32: its fused recurrent kernel)
 
 
 def fla_layer(module, name):
@@ -174,6 +174,10 @@ def main():
         with open(os.path.join(d, 'config.json'), 'w') as f:
             json.dump(c, f, indent=2)
         tokens = torch.randint(0, c['vocab_size'], (B, T))
+        if dtype == torch.float32:  # fla's chunk delta rule refuses fp32 (an assert): its fused
+            for m in model.modules():  # recurrent kernel, fp32 token by token, is fla's fp32 path
+                if type(m).__name__ == 'DeltaNet':
+                    m.mode = 'fused_recurrent'
         model = model.cuda().to(dtype).eval()
         with torch.no_grad():
             logits = model(tokens.cuda()).double().cpu()

@@ -156,11 +156,11 @@ bool diagonalLowHalves(const RecurrenceKind& kind) {
 constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
 
 /// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in blocks of
-/// kDiagValueTile columns, the inclusive readout: LINAC_HOPPER_DIAG_WIDE=1 until it has run on a
-/// GPU (they take the mma.sync passes otherwise).
+/// kDiagValueTile columns, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=0 sends them to the
+/// mma.sync passes (the value blocks ran 3.5% faster than them on an H100: bench/NOTES.md).
 bool diagonalValueBlocksEnabled() {
   const char* env = std::getenv("LINAC_HOPPER_DIAG_WIDE");
-  return env != nullptr && std::string(env) == "1";
+  return env == nullptr || std::string(env) != "0";
 }
 
 int diagonalValueBlocks(const RecurrenceShape& s) {

@@ -44,7 +44,7 @@
 // to 16 bits once, the residue of the large intra-chunk terms swamped the small d_g of strongly
 // decaying channels: RWKV-6's d_w = d_g . g (decay -exp(w)) missed the bf16 gate (1.1e-2 on the
 // H200; diag_bwd_host_check.py: 3.6e-2 with one half, 1.6e-3 with both, at w ~ N(0, 1.5^2)).
-// Value blocks (dv above the tile DV, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=1): every
+// Value blocks (dv above the tile DV, the inclusive readout): every
 // term of dq, dk and dg above is a sum over the value columns (D, dO S^T, V dS^T, <S_c, dS_{c+1}>),
 // so a CTA per (chunk slot, head, block of DV columns) computes its block's share, as if the block
 // were the whole value dim, into fp32 planes (dg's scratch rows included), and

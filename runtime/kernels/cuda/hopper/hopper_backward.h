@@ -33,7 +33,7 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& sh
 
 /// Whether diagonalStateScan() and diagonalGrad() take this call: either readout (neither with
 /// LINAC_HOPPER_DIAG_BWD=0), a Hopper device with the sm_90a code built, 16-bit inputs, dk and dv
-/// in {64, 128}; with LINAC_HOPPER_DIAG_WIDE=1 also the inclusive readout at dv a multiple of 128
+/// in {64, 128}, and the inclusive readout at dv a multiple of 128 (not with LINAC_HOPPER_DIAG_WIDE=0)
 /// (value blocks of 128 columns, their dq / dk / dg summed in fp32).
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
