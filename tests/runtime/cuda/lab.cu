@@ -17,8 +17,9 @@
 //   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
 //                 every decay (LINAC_HOPPER_LATE=1; the default takes them for a scalar decay)
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
-//   --hopper-column-inverse  the delta rule's forward cases take (I + A)^-1 one column per thread
-//                 (LINAC_HOPPER_BLOCK_INVERSE=0); the forward timings show it beside the default
+//   --hopper-column-inverse  the delta rule's cases take (I + A)^-1 one column per thread in both
+//                 preparations (LINAC_HOPPER_BLOCK_INVERSE=0); the forward timings show it beside
+//                 the default
 //   --hopper-wide forces the Hopper stages for key dim 256 and value dims above 256
 //                 (LINAC_HOPPER_WIDE=1, the default; the dk 256 cases, the fwd-only wide-head cases)
 //   --hopper-wide-bwd  the delta rule's backward at dk 256, dv 512 takes the Hopper stages

@@ -100,8 +100,7 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.heads = int(s.heads);
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
-  const char* blockInverse = std::getenv("LINAC_HOPPER_BLOCK_INVERSE");
-  p.block_inverse = blockInverse != nullptr && std::string(blockInverse) == "1";
+  p.block_inverse = blockInverseEnabled();
   const int64_t tokens = s.batch * s.seq_len;
   if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, p, tokens, slots, stream);
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);

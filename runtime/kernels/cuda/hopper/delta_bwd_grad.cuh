@@ -11,7 +11,8 @@
 // products' reduction runs over v), the accumulators stay in registers across them. D and dS_{c+1}
 // enter D dS^T as hi + lo (three wgmma) and D enters dO D^T as hi + lo (two): with either rounded
 // to bf16 the host transcription measured dg at 3.7e-3..8.5e-3 (gate 5e-3). S_c and dD enter in the
-// input dtype. Every output is written once (no atomics): row dots by quad shuffles.
+// input dtype, except a sequence's first state S_0 = h0 in <S_c, dS_{c+1}>, read in fp32.
+// Every output is written once (no atomics): row dots by quad shuffles.
 // The value blocks are pipelined: block j + 1's dO and S_c (double-buffered tiles) and its fp32
 // dS_{c+1}, D and dD (a staging buffer, split into the tiles in shared memory) are copied by
 // cp.async while block j's products run.
@@ -182,16 +183,35 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
       gemm<false>(mmaXS, fragA(tDd), thrXS.partition_fragment_B(tS.tensor()(_, _, buf)), accX);
       commitAndWait(accX);
       if (wantDg) {  // <S_c, dS_{c+1}> over this block, 16-byte vectors of the three tiles
+        // A sequence's first chunk takes S_0 = h0 in fp32 from the input: rounded to the input
+        // dtype it was most of dg's error (host check: 12% of draws above the 5e-3 gate at dk 256
+        // x dv 512 with short sequences, none with h0 exact).
+        const float* h0 = chunk == 0 && p.h0 != nullptr  // [N, H, dk, dv]: this key block's rows
+                              ? p.h0 + (int64_t(n) * H + h) * DK * DV + int64_t(kb) * KB * DV + v0
+                              : nullptr;
         for (int idx = wtid; idx < KB * VB / 8; idx += kWarpgroupThreads) {
           const int d = idx / (VB / 8), v = (idx % (VB / 8)) * 8;
-          const uint4 a = lds128(tS.at(d, v, buf)), bh = lds128(tDSHi.at(d, v)), bl = lds128(tDSLo.at(d, v));
-          const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
+          const uint4 bh = lds128(tDSHi.at(d, v)), bl = lds128(tDSLo.at(d, v));
           const uint32_t* wh = reinterpret_cast<const uint32_t*>(&bh);
           const uint32_t* wl = reinterpret_cast<const uint32_t*>(&bl);
+          float x[8];
+          if (h0 != nullptr) {
+            CUTE_UNROLL
+            for (int j = 0; j < 8; ++j) x[j] = __ldg(h0 + int64_t(d) * DV + v + j);
+          } else {
+            const uint4 a = lds128(tS.at(d, v, buf));
+            const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
+            CUTE_UNROLL
+            for (int j = 0; j < 4; ++j) {
+              const float2 pair = unpack2<T>(wa[j]);
+              x[2 * j] = pair.x;
+              x[2 * j + 1] = pair.y;
+            }
+          }
           CUTE_UNROLL
           for (int j = 0; j < 4; ++j) {
-            const float2 x = unpack2<T>(wa[j]), yh = unpack2<T>(wh[j]), yl = unpack2<T>(wl[j]);
-            dot += x.x * (yh.x + yl.x) + x.y * (yh.y + yl.y);
+            const float2 yh = unpack2<T>(wh[j]), yl = unpack2<T>(wl[j]);
+            dot += x[2 * j] * (yh.x + yl.x) + x[2 * j + 1] * (yh.y + yl.y);
           }
         }
       }

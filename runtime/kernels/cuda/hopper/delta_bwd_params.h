@@ -44,9 +44,9 @@ struct DeltaBackwardParams {
   int heads;              // H
   int value_dim;          // dv
   float scale;
-  bool block_inverse;     // stage 1's X = (I + L)^-1 by two 32-row halves (unit_lower_inverse.cuh)
-                          // instead of one column per thread: LINAC_HOPPER_BLOCK_INVERSE=1 until
-                          // it has run on a GPU (the forward's preparation takes it by default)
+  bool block_inverse;     // stage 1's X = (I + L)^-1 by two 32-row halves (unit_lower_inverse.cuh),
+                          // as the forward's; false (LINAC_HOPPER_BLOCK_INVERSE=0): one column
+                          // per thread
 };
 
 }  // namespace linac::kernels::cuda::hopper

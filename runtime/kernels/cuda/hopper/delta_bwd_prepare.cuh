@@ -2,10 +2,10 @@
 // per (chunk slot, head); nothing here depends on the state. With b the chunk's cumulative
 // log-decay (delta_bwd_common.cuh), Gam_ts = exp(b_t - b_s) for s <= t:
 //   L   = diag(beta) strict_tril((K K^T) . Gam)             K K^T on wgmma, L in fp32 shared memory
-//   X   = (I + L)^-1                                          in fp32: column substitution (one
-//                                                            thread per column), or with
-//                                                            p.block_inverse by two 32-row halves
-//                                                            on every warp (unit_lower_inverse.cuh)
+//   X   = (I + L)^-1                                          in fp32: p.block_inverse (the
+//                                                            default) by two 32-row halves on
+//                                                            every warp (unit_lower_inverse.cuh),
+//                                                            else one thread per column
 //   Tm  = X diag(beta),  W = X diag(beta exp(b)) K,  U = Tm V
 //   A'  = scale tril((Q K^T) . Gam),  dD_local = A'^T dO     (the readout's part of dD)
 // Shared memory: L takes q's bytes once Q K^T is done (two CTAs per SM).

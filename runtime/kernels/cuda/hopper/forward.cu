@@ -91,6 +91,11 @@ bool wideEnabled() {
 
 }  // namespace
 
+bool blockInverseEnabled() {
+  const char* env = std::getenv("LINAC_HOPPER_BLOCK_INVERSE");
+  return env == nullptr || std::string(env) != "0";
+}
+
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32) return false;
   if (kind.decay == DecayClass::Diagonal) {
@@ -131,8 +136,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.heads = int(s.heads);
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
-  const char* blockInverse = std::getenv("LINAC_HOPPER_BLOCK_INVERSE");
-  p.block_inverse = blockInverse == nullptr || std::string(blockInverse) != "0";
+  p.block_inverse = blockInverseEnabled();
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;

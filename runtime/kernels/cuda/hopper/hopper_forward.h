@@ -20,6 +20,11 @@ namespace linac::kernels::cuda::hopper {
 /// Whether forward() takes this call (and the current device is Hopper).
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
+/// Whether the delta rule's preparations, forward and backward, take X = (I + A)^-1 by two 32-row
+/// halves on every warp (unit_lower_inverse.cuh), the default; LINAC_HOPPER_BLOCK_INVERSE=0: one
+/// column per thread by forward substitution.
+bool blockInverseEnabled();
+
 /// recurrence.h's forward (o, and ht when non-null) on the Hopper stages.
 void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
              const RecurrenceForwardArgs& args, int64_t num_seqs, cudaStream_t stream);

@@ -2,10 +2,10 @@
 // (delta_prepare.cuh, delta_bwd_prepare.cuh), in fp32 shared memory.
 //
 // unitLowerColumn(): one thread per column of X by forward substitution, x_i = delta_ij -
-// sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each). The backward's preparation takes it
-// unless LINAC_HOPPER_BLOCK_INVERSE=1, the forward's with LINAC_HOPPER_BLOCK_INVERSE=0.
+// sum_{s < i} A[i][s] x_s (64 threads, a 64-row chain each). Both preparations take it with
+// LINAC_HOPPER_BLOCK_INVERSE=0.
 //
-// unitLowerInverse(), the forward preparation's default, works on two 32-row halves so that
+// unitLowerInverse(), both preparations' default, works on two 32-row halves so that
 // every warp of the warpgroup works and the longest dependent chain is a 32-row substitution:
 //   X11 = (I + A11)^-1,  X22 = (I + A22)^-1   warps 0 and 1, a lane per column (unitLowerColumn)
 //   Y   = A21 X11                              every thread, a 2 x 4 tile each
