@@ -10,6 +10,7 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
+//                       [--hopper-overlap]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -31,6 +32,9 @@
 //                 sends both readouts to the mma.sync passes)
 //   --no-hopper-diag-wide  the diagonal decay's backward at dv above 128 on the mma.sync passes
 //                 (LINAC_HOPPER_DIAG_WIDE=0) instead of the Hopper stages in value blocks of 128
+//   --hopper-overlap  the delta rule's state stage in the overlapped order (LINAC_HOPPER_OVERLAP=1:
+//                 W S and K^T X waited for alone, Q S and P X under them); the forward timings
+//                 show it beside the default
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -707,19 +711,26 @@ void bench() {
     a.scale = float(1.0 / std::sqrt(double(dk))); a.o = o.p; a.ht = ht.as<float>();
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
-    const double columnMs = withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run);
+    const bool delta = kind.update == UpdateRule::Delta;
+    char column[16] = "-", overlap[16] = "-";
+    if (delta) {
+      std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
+      std::snprintf(overlap, sizeof overlap, "%.3f", withEnv("LINAC_HOPPER_OVERLAP", "1", run));
+    }
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10.3f %10.3f %10s\n", name, dims, ms, columnMs, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
-  std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "mma.sync", "fla");
+  std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread;\n"
+              " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "overlap",
+              "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -839,6 +850,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd")) setenv("LINAC_HOPPER_WIDE_BWD", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
+    else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];

@@ -137,6 +137,8 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
   p.block_inverse = blockInverseEnabled();
+  const char* overlap = std::getenv("LINAC_HOPPER_OVERLAP");  // opt-in until timed on a GPU
+  p.overlap = overlap != nullptr && std::string(overlap) == "1";
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;

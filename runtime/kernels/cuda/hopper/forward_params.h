@@ -38,6 +38,9 @@ struct ForwardParams {
   bool block_inverse;    // (delta) X = (I + A)^-1 by two 32-row halves on every warp
                          // (unit_lower_inverse.cuh), the default; false (LINAC_HOPPER_BLOCK_INVERSE=0):
                          // one column per thread
+  bool overlap;          // (delta) the state stage waits for W S and K^T X before Q S and P X,
+                         // which then run under X's forming and the state's publishing
+                         // (state_output.cuh); LINAC_HOPPER_OVERLAP=1, opt-in
 };
 
 /// Writable views of the preparation's outputs.

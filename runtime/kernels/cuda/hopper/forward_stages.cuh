@@ -22,18 +22,27 @@ void setSmem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false, bool kOverlap = false>
 auto stateOutputReady() {
-  auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta, kLate>;
+  auto kernel = stateOutputKernel<T, DK, BV, Decay, kDelta, kLate, kOverlap>;
   setSmem(kernel, StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes);
   return kernel;
 }
 
+/// The state stage for one value block; the delta rule's in the overlapped order where p.overlap
+/// asks for it (state_output.cuh, kOverlap).
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 void launchStateOutputBlock(const ForwardParams& p, cudaStream_t stream) {
-  auto kernel = stateOutputReady<T, DK, BV, Decay, kDelta, kLate>();
-  kernel<<<dim3(p.value_dim / BV, p.heads, p.num_seqs), kWarpgroupThreads,
-           StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes, stream>>>(p);
+  const dim3 grid(p.value_dim / BV, p.heads, p.num_seqs);
+  constexpr size_t bytes = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes;
+  if constexpr (kDelta) {
+    if (p.overlap) {
+      stateOutputReady<T, DK, BV, Decay, true, kLate, true>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
+      LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel (overlapped)");
+      return;
+    }
+  }
+  stateOutputReady<T, DK, BV, Decay, kDelta, kLate>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
 }
 

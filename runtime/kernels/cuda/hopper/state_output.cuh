@@ -22,6 +22,9 @@
 // the swizzle folds into (SmemTile), and BV = 32 puts two CTAs on an SM where the grid allows.
 // kLate keeps one stage of q and w, which only the first batch reads, and copies the next
 // chunk's as soon as that batch is done: the delta rule's CTA then fits two per SM at BV = 32.
+// kOverlap (the delta rule; p.overlap at launch, opt-in) puts the state's chain S_c -> W S -> X ->
+// K^T X -> S_{c+1} first in each batch: W S and K^T X are committed as batches of their own and
+// waited for alone, so Q S runs while X is formed and P X while the new state is published.
 #pragma once
 
 #include "chunk_decay.cuh"
@@ -71,7 +74,7 @@ template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 using StateOutputTilesFor =
     StateOutputTiles<T, DK, BV, kDelta, kLate, Decay::kClass == DecayClass::Diagonal>;
 
-template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false, bool kOverlap = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     stateOutputKernel(const ForwardParams p) {
   // A diagonal decay arrives applied (diagonal_prepare.cuh): q and k are qd and kd, P is loaded
@@ -197,6 +200,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   }
   copyCommit();
 
+  // kOverlap is a compile-time choice: with a run-time one, ptxas cannot pair each wait with its
+  // batch and serializes every wgmma of the kernel (C7514).
+  static_assert(!kOverlap || (kDelta && kLoadP), "the overlapped order is the delta rule's");
   for (int c = 0; c < numChunks; ++c) {
     const int stage = c & 1;
     const int64_t tok0 = bos + int64_t(c) * C;
@@ -214,31 +220,38 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g[stage], p.g, rows, h);
     }
 
-    // Products that read S_c: Q K^T, Q S and (delta) W S.
-    if constexpr (kLoadP) {
-      issue(accO, accX);
+    // Products that read S_c: Q K^T, Q S and (delta) W S; with kOverlap, W S first and alone (each
+    // batch after its own arrive, so ptxas keeps them pipelined while X reads W S's registers).
+    if constexpr (kOverlap) {
+      issue(accX);
+      gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
+      commitBatch();
+      issue(accO);
+      gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
+      commitBatch();
     } else {
-      issue(accP, accO);
-      gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+      if constexpr (kLoadP) {
+        issue(accO, accX);
+      } else {
+        issue(accP, accO);
+        gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+      }
+      gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
+      if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
+      if constexpr (kLoadP) commitAndWait(accO, accX);
+      else commitAndWait(accP, accO);
     }
-    gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
-    if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
-    if constexpr (kLoadP) commitAndWait(accO, accX);
-    else commitAndWait(accP, accO);
-    if constexpr (Decay::kActive || kLate) __syncthreads();  // sm.b; every read of q and w done
+    // sm.b; without kOverlap also every read of q and w done (with it, Q S may still read them)
+    if constexpr (Decay::kActive || kLate) __syncthreads();
     if constexpr (kLate) {
-      if (c + 1 < numChunks) loadQw(c + 1, 0);
-      copyCommit();
+      if constexpr (!kOverlap) {
+        if (c + 1 < numChunks) loadQw(c + 1, 0);
+        copyCommit();
+      }
     }
+    if constexpr (kOverlap) waitBatches<1>(accX);  // W S
 
     const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
-    if constexpr (!kDiag) {  // (qd carries the scale and the decay)
-      forEachPair<MmaQS>(cO, [&](int i, int t, int) {
-        const float f = Decay::kActive ? p.scale * __expf(sm.b[t]) : p.scale;
-        accO(i) *= f;
-        accO(i + 1) *= f;
-      });
-    }
     if constexpr (!kLoadP) forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
       // exp(b_t - b_s) only where s <= t: above the diagonal it can overflow (strong gates), and
       // 0 * inf would be NaN.
@@ -291,25 +304,58 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
         accS(i + 1) *= f;
       });
     }
+    if constexpr (kOverlap) waitBatches<0>(accO);  // Q S
+    if constexpr (!kDiag) {  // (qd carries the scale and the decay)
+      forEachPair<MmaQS>(cO, [&](int i, int t, int) {
+        const float f = Decay::kActive ? p.scale * __expf(sm.b[t]) : p.scale;
+        accO(i) *= f;
+        accO(i + 1) *= f;
+      });
+    }
     fenceToAsyncProxy();
-    __syncthreads();
+    __syncthreads();  // X's tiles; with kOverlap also every read of q and w done
+    if constexpr (kLate) {
+      if constexpr (kOverlap) {
+        if (c + 1 < numChunks) loadQw(c + 1, 0);
+        copyCommit();
+      }
+    }
 
-    // Products that finish the chunk: O += P X, S += K^T X_decayed.
-    issue(accO, accS);
+    // Products that finish the chunk: S += K^T X_decayed, O += P X; with kOverlap, the state's
+    // first and alone, published while P X runs.
     const int pStage = kLoadP ? stage : 0;
-    if constexpr (kDelta) gemm<false>(mmaPX, fP_px(_, _, _, pStage), fX_px, accO);
-    else gemm<false>(mmaPX, fP_px(_, _, _, pStage), fXin_px(_, _, _, stage), accO);
-    if constexpr (Decay::kActive) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXs_kx, accS);
-    else if constexpr (kDelta) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fX_kx, accS);
-    else gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXin_kx(_, _, _, stage), accS);
-    commitAndWait(accO, accS);
+    auto stateProduct = [&] {
+      if constexpr (Decay::kActive) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXs_kx, accS);
+      else if constexpr (kDelta) gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fX_kx, accS);
+      else gemm<false>(mmaKX, fKt_kx(_, _, _, stage), fXin_kx(_, _, _, stage), accS);
+    };
+    auto outputProduct = [&] {
+      if constexpr (kDelta) gemm<false>(mmaPX, fP_px(_, _, _, pStage), fX_px, accO);
+      else gemm<false>(mmaPX, fP_px(_, _, _, pStage), fXin_px(_, _, _, stage), accO);
+    };
+    if constexpr (kOverlap) {
+      issue(accS);
+      stateProduct();
+      commitBatch();
+      issue(accO);
+      outputProduct();
+      commitBatch();
+      waitBatches<1>(accS);
+      publishState();  // every read of S_c completed before the barrier above
+      waitBatches<0>(accO);
+    } else {
+      issue(accO, accS);
+      outputProduct();
+      stateProduct();
+      commitAndWait(accO, accS);
+    }
 
     T* oChunk = o + tok0 * rowV + int64_t(h) * DV + v0;
     forEachPair<MmaQS>(cO, [&](int i, int t, int v) {
       if (t < rows)
         *reinterpret_cast<uint32_t*>(oChunk + t * rowV + v) = pack2<T>(accO(i), accO(i + 1));
     });
-    publishState();  // every read of S_c completed before the barrier above
+    if constexpr (!kOverlap) publishState();  // every read of S_c completed before the barrier above
   }
 
   if (p.ht) {

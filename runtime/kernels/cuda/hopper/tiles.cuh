@@ -11,7 +11,8 @@
 // the MN-major (d, t) operand of K^T V without a second copy.
 //
 // One warpgroup (128 threads) issues each product: gemm<zero>(mma, A, B, acc) over the k blocks,
-// bracketed by issue() / commitAndWait(). Accumulator elements are addressed through
+// bracketed by issue() / commitAndWait(), or split into batches (commitBatch() after each, then
+// waitBatches<pending>() oldest first). Accumulator elements are addressed through
 // accCoords(mma, shape), the (row, col) of each register, so masks, decays and stores never
 // depend on the fragment layout.
 #pragma once
@@ -104,6 +105,18 @@ template <class... Acc>
 __device__ void commitAndWait(Acc&... acc) {
   warpgroup_commit_batch();
   warpgroup_wait<0>();
+  (warpgroup_fence_operand(acc), ...);
+}
+
+/// Closes the batch of products issued since issue() or the last commitBatch(), without waiting;
+/// waitBatches() then waits for the oldest batches first (a product chain split into batches).
+__device__ inline void commitBatch() { warpgroup_commit_batch(); }
+
+/// Waits until at most kPending committed batches are still running, then orders this thread's
+/// reads of `acc` (the accumulators of the finished batches only) after them.
+template <int kPending, class... Acc>
+__device__ void waitBatches(Acc&... acc) {
+  warpgroup_wait<kPending>();
   (warpgroup_fence_operand(acc), ...);
 }
 
