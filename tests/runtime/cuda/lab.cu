@@ -712,15 +712,19 @@ void bench() {
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
-    char column[16] = "-", overlap[16] = "-";
+    char column[16] = "-", overlap[16] = "-", early[16] = "-";
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
       std::snprintf(overlap, sizeof overlap, "%.3f", withEnv("LINAC_HOPPER_OVERLAP", "1", run));
+      if (kind.decay == DecayClass::Scalar && dk <= 128)  // late loads: a scalar decay's default
+                                                          // (and the only choice above dk 128)
+        std::snprintf(early, sizeof early, "%.3f", withEnv("LINAC_HOPPER_LATE", "0", run));
     }
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap, early, old,
+                fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -728,9 +732,10 @@ void bench() {
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
   std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread;\n"
-              " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "overlap",
-              "mma.sync", "fla");
+              " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order; 'early':\n"
+              " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "overlap",
+              "early", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
