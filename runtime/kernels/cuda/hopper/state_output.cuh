@@ -243,11 +243,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     }
     // sm.b; without kOverlap also every read of q and w done (with it, Q S may still read them)
     if constexpr (Decay::kActive || kLate) __syncthreads();
-    if constexpr (kLate) {
-      if constexpr (!kOverlap) {
-        if (c + 1 < numChunks) loadQw(c + 1, 0);
-        copyCommit();
-      }
+    if constexpr (kLate && !kOverlap) {
+      if (c + 1 < numChunks) loadQw(c + 1, 0);
+      copyCommit();
     }
     if constexpr (kOverlap) waitBatches<1>(accX);  // W S
 
@@ -314,11 +312,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     }
     fenceToAsyncProxy();
     __syncthreads();  // X's tiles; with kOverlap also every read of q and w done
-    if constexpr (kLate) {
-      if constexpr (kOverlap) {
-        if (c + 1 < numChunks) loadQw(c + 1, 0);
-        copyCommit();
-      }
+    if constexpr (kLate && kOverlap) {
+      if (c + 1 < numChunks) loadQw(c + 1, 0);
+      copyCommit();
     }
 
     // Products that finish the chunk: S += K^T X_decayed, O += P X; with kOverlap, the state's
