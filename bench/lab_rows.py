@@ -25,6 +25,7 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),
                     "bwd no-dg": ("bwd_nodg_ms", "linac-default"),
+                    "fused": ("bwd_ms", "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)"),
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
 NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
@@ -42,8 +43,12 @@ def rows(lines, commit, gpu, env=""):
             header, backward = re.split(r"\s{2,}", line.strip())[2:], False
             continue
         if line.startswith("kind") and "bwd ms" in line:
-            # its column names hold single spaces: fixed order (lab.cu's benchBackward)
-            header, backward = ["bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio"], True
+            # its column names hold single spaces: fixed order (lab.cu's benchBackward; 'fused'
+            # since 2026-12-05)
+            header = ["bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio"]
+            if " fused " in line:
+                header.insert(2, "fused")
+            backward = True
             continue
         if header is None or not line.strip() or line.startswith("("):
             continue

@@ -10,7 +10,7 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap]
+//                       [--hopper-overlap] [--hopper-fused-reverse]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -35,6 +35,9 @@
 //   --hopper-overlap  the delta rule's state stage in the overlapped order (LINAC_HOPPER_OVERLAP=1:
 //                 W S and K^T X waited for alone, Q S and P X under them); the forward timings
 //                 show it beside the default
+//   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
+//                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
+//                 show it beside the default ('fused')
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -785,7 +788,9 @@ void benchBackward() {
               " fwd+bwd: forward + default backward with dg where training learns the decay)\n");
   std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
               " wgmma backward where it applies)\n");
-  std::printf("%-30s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio");
+  std::printf("(fused: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1)\n");
+  std::printf("%-30s %10s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "fused", "bwd no-dg", "fwd+bwd",
+              "fla f+b", "ratio");
   auto timeRow = [&](const Row& r, int B, int T, int H, int DK, int DV) {
     Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, DK, DV, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
@@ -812,6 +817,9 @@ void benchBackward() {
     };
     const double bms = withEnv("LINAC_HOPPER_BWD", "0", backward);
     const double hms = backward();
+    char fused[16] = "-";  // stages 3 and 4 as one pass (delta rule, dk and dv <= 128)
+    if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
+      std::snprintf(fused, sizeof fused, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
     const RecurrenceBackwardArgs& trained = r.decayLearned ? ba : nb;
@@ -823,9 +831,10 @@ void benchBackward() {
     if (ba.d_g)
       nodg_ms = medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, nb, nullptr); }, 3, 20);
     if (r.anchor > 0)
-      std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, hms, nodg_ms, ms, r.anchor, ms / r.anchor);
+      std::printf("%-30s %10.3f %10.3f %10s %10.3f %10.3f %10.2f %8.2fx\n", r.name, bms, hms, fused, nodg_ms, ms,
+                  r.anchor, ms / r.anchor);
     else
-      std::printf("%-30s %10.3f %10.3f %10.3f %10.3f %10s %8s\n", r.name, bms, hms, nodg_ms, ms, "-", "-");
+      std::printf("%-30s %10.3f %10.3f %10s %10.3f %10.3f %10s %8s\n", r.name, bms, hms, fused, nodg_ms, ms, "-", "-");
   };
   for (const auto& r : rows)
     if (benchRow(r.name)) timeRow(r, B, T, H, D, D);
@@ -856,6 +865,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-diag-single")) setenv("LINAC_HOPPER_DIAG_BWD", "single", 1);
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];

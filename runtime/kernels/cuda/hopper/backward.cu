@@ -101,6 +101,9 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
+  // stages 3 and 4 as one pass (delta_bwd_reverse_grad.cuh): opt-in until timed on a GPU
+  const char* fused = std::getenv("LINAC_HOPPER_FUSED_REVERSE");
+  p.fused_reverse = fused != nullptr && std::string(fused) == "1";
   const int64_t tokens = s.batch * s.seq_len;
   if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, p, tokens, slots, stream);
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);

@@ -4,6 +4,8 @@
 //   2 deltaBwdForwardStateKernel  grid (dv / BV, H, N), 1 wg:    S_c, D (over U)
 //   3 deltaBwdReverseStateKernel  grid (dv / BV, H, N), 1 wg:    dS_{c+1}, dD (over dD_local), d_h0
 //   4 deltaBwdGradKernel          grid (slots, H, key blocks), 3 wg:  dq, dk part, dW, db part, Z
+//   or, with p.fused_reverse at dk, dv <= 128, 3 and 4 in one pass that keeps dS on chip:
+//   3+4 deltaBwdReverseGradKernel grid (H, N), dk / 64 wg:       dD, dq, dk part, dW, db part, Z, d_h0
 //   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
 // The workspace (delta_bwd_params.h) is one block (workspace.h), released in stream order.
 #pragma once
@@ -13,6 +15,7 @@
 #include "delta_bwd_forward_state.cuh"
 #include "delta_bwd_grad.cuh"
 #include "delta_bwd_prepare.cuh"
+#include "delta_bwd_reverse_grad.cuh"
 #include "delta_bwd_reverse_state.cuh"
 #include "delta_bwd_wy.cuh"
 
@@ -36,6 +39,8 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   constexpr int C = kChunk, BV = kDeltaStateValueBlock;
   const size_t rows = size_t(tokens) * p.heads;  // token-heads
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
+  constexpr bool kFusable = DK <= 128 && DV <= 128;  // the fused pass holds dS in two warpgroups
+  const bool fused = kFusable && p.fused_reverse;
   size_t total = 0;
   auto carve = [&](size_t bytes) {
     const size_t at = total;
@@ -47,7 +52,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   const size_t oUD = carve(rows * DV * sizeof(float));
   const size_t oDD = carve(rows * DV * sizeof(float));
   const size_t oS = carve(size_t(slots) * p.heads * DK * DV * sizeof(T));
-  const size_t oDS = carve(size_t(slots) * p.heads * DK * DV * sizeof(float));
+  const size_t oDS = fused ? 0 : carve(size_t(slots) * p.heads * DK * DV * sizeof(float));
   const size_t oDK = carve(rows * DK * sizeof(float));
   const size_t oDW = carve(rows * DK * sizeof(T));
   constexpr int kKeyBlocks = deltaGradKeyBlocks<DK>();  // stage 4's parts of db and Z
@@ -60,7 +65,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   p.ud = reinterpret_cast<float*>(ws + oUD);
   p.dd = reinterpret_cast<float*>(ws + oDD);
   p.states = ws + oS;
-  p.dstates = reinterpret_cast<float*>(ws + oDS);
+  p.dstates = fused ? nullptr : reinterpret_cast<float*>(ws + oDS);
   p.dkpart = reinterpret_cast<float*>(ws + oDK);
   p.dw = ws + oDW;
   p.dbpart = wantDg ? reinterpret_cast<float*>(ws + oDB) : nullptr;
@@ -86,7 +91,18 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
   }
-  {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
+  if constexpr (kFusable) {
+    if (fused) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
+      auto kernel = deltaBwdReverseGradKernel<T, DK, DV, Decay>;
+      constexpr size_t bytes = DeltaBwdReverseGradTiles<T, DK, DV>::kSmemBytes;
+      static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
+      setDeltaBwdSmem(kernel, bytes);
+      kernel<<<dim3(p.heads, p.num_seqs), deltaReverseGradWarpgroups<DK>() * kWarpgroupThreads, bytes,
+               stream>>>(p);
+      LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseGradKernel");
+    }
+  }
+  if (!fused) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
     auto kernel = deltaBwdReverseStateKernel<T, DK, BV, Decay>;
     constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
@@ -94,13 +110,15 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
   }
-  if (slots > 0) {
+  if (slots > 0 && !fused) {
     auto grad = deltaBwdGradKernel<T, DK, Decay>;
     constexpr size_t gradBytes = DeltaBwdGradTiles<T, DK>::kSmemBytes;
     static_assert(gradBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(grad, gradBytes);
     grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdGradKernel");
+  }
+  if (slots > 0) {
     auto wy = deltaBwdWyKernel<T, DK, DV, Decay>;
     constexpr size_t wyBytes = DeltaBwdWyTiles<T, DK, DV>::kSmemBytes;
     static_assert(wyBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");

@@ -25,7 +25,8 @@ struct DeltaBackwardParams {
   float* ud;              // [B, T, H, dv]  U = Tm V (stage 1), then D = U - W S_c (stage 2)
   float* dd;              // [B, T, H, dv]  dD_local = A'^T dO (stage 1), then dD (stage 3)
   void* states;           // [slots, H, dk, dv]  S_c, the state before chunk c (input dtype)
-  float* dstates;         // [slots, H, dk, dv]  dS_{c+1}, the gradient after chunk c
+  float* dstates;         // [slots, H, dk, dv]  dS_{c+1}, the gradient after chunk c (stage 3;
+                          // null with fused_reverse)
   float* dkpart;          // [B, T, H, dk]  dk from the state and intra-chunk terms (stage 4)
   void* dw;               // [B, T, H, dk]  dW = -dD S_c^T (stage 4, input dtype)
   float* dbpart;          // [B, T, H]  db_t from stage 4 (decay Scalar with dg), else null
@@ -47,6 +48,8 @@ struct DeltaBackwardParams {
   bool block_inverse;     // stage 1's X = (I + L)^-1 by two 32-row halves (unit_lower_inverse.cuh),
                           // as the forward's; false (LINAC_HOPPER_BLOCK_INVERSE=0): one column
                           // per thread
+  bool fused_reverse;     // stages 3 and 4 as one reverse pass with dS on chip
+                          // (delta_bwd_reverse_grad.cuh; dk, dv <= 128), no dstates workspace
 };
 
 }  // namespace linac::kernels::cuda::hopper

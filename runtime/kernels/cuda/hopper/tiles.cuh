@@ -81,6 +81,13 @@ __device__ auto accCoords(const Mma& mma) {
   return mma.get_thread_slice(threadIdx.x % kWarpgroupThreads)
       .partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
 }
+/// The same for thread index `thread` (threadIndexHere() inside a loop keeps the coordinates, and
+/// the shared addresses made from them, from being hoisted out of the loop into registers).
+template <int M, int N, class Mma>
+__device__ auto accCoords(const Mma& mma, int thread) {
+  return mma.get_thread_slice(thread % kWarpgroupThreads)
+      .partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+}
 
 /// acc (+)= A B^T over every k block of the fragments (descriptor tensors from
 /// partition_fragment_A / _B). Must sit between issue() and commitAndWait().
@@ -146,6 +153,16 @@ struct SmemTile {
 template <class T, class L>
 __device__ SmemTile<T, L> smemTile(T* p, L) {
   return {static_cast<uint32_t>(__cvta_generic_to_shared(p)), p};
+}
+
+/// The same tile, its pointer passed through an opaque move where it is used: wgmma operand
+/// descriptors built from it inside a loop are then rebuilt there (a few integer operations)
+/// instead of hoisted out as loop invariants, each two registers per k block held across the loop.
+template <class T, class L>
+__device__ SmemTile<T, L> fresh(const SmemTile<T, L>& t) {
+  uint64_t p = reinterpret_cast<uint64_t>(t.ptr);
+  asm volatile("mov.b64 %0, %0;\n" : "+l"(p));
+  return {t.base, reinterpret_cast<T*>(p)};
 }
 
 __device__ inline void sts32(uint32_t addr, uint32_t v) {
