@@ -21,7 +21,8 @@
 // a sequence's first state S_0 = h0 in fp32.
 // Shared memory (about 218 KB at dk = dv = 128) holds one chunk's tiles: k and S_c (and g) for
 // chunk c - 1 are copied by cp.async while chunk c's update C runs, q, W and dO once it is done;
-// D (fp32) comes through registers at the top of each chunk, split into hi + lo.
+// D (fp32) comes through registers (loaded under the update at dk 128) and is split into hi + lo at
+// the top of its chunk.
 // One CTA per (head, sequence) fills B * H SMs: the dispatch (delta_backward_stages.cuh) takes
 // this pass where that is at least half the GPU, else stages 3 and 4 apart.
 #pragma once
@@ -208,18 +209,29 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     }
   };
 
-  constexpr int kDVecs = C * DV / 4 / kThreads;  // float4 of D per thread
+  // D [t, v] (fp32, from stage 2) of chunk c, this thread's float4s, split into hi + lo at the top
+  // of chunk c: loaded into registers while the previous chunk's update C runs where that is at
+  // most 32 registers a thread (two warpgroups at dv 128; one warpgroup would spill ~0.5 KB a
+  // thread holding 64), else at the top.
+  constexpr int kDVecs = C * DV / 4 / kThreads;
   static_assert(C * DV / 4 % kThreads == 0, "whole vectors of D per thread");
-  for (int i = 0; i < numChunks; ++i) {
-    const int c = chunkOf(i), rows = rowsOf(c);
-    const int64_t tok0 = tokOf(c), offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
-    float4 dReg[kDVecs];  // D [t, v] (fp32, stage 2) in flight while the copies are waited for
+  constexpr bool kPrefetchD = kDVecs <= 8;
+  float4 dReg[kDVecs];
+  auto loadD = [&](int c) {
+    const int rows = rowsOf(c);
+    const float* src = p.ud + tokOf(c) * rowV + int64_t(h) * DV;
     CUTE_UNROLL
     for (int e = 0; e < kDVecs; ++e) {
       const int idx = tid + e * kThreads, t = idx / (DV / 4), v = (idx % (DV / 4)) * 4;
-      dReg[e] = t < rows ? *reinterpret_cast<const float4*>(p.ud + offV + int64_t(t) * rowV + v)
+      dReg[e] = t < rows ? *reinterpret_cast<const float4*>(src + int64_t(t) * rowV + v)
                          : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+  };
+  if (kPrefetchD && numChunks > 0) loadD(chunkOf(0));
+  for (int i = 0; i < numChunks; ++i) {
+    const int c = chunkOf(i), rows = rowsOf(c);
+    const int64_t tok0 = tokOf(c), offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
+    if (!kPrefetchD) loadD(c);  // in flight while the copies are waited for
     copyWait<0>();
     fenceToAsyncProxy();  // ... and dS_{c+1}'s hi + lo, for the tensor cores
     __syncthreads();
@@ -450,6 +462,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
       gemm<false>(mmaMM, fWt, thrMM.partition_fragment_B(fresh(tNdt).tensor()(_, _, vb)), accS[vb]);
     }
     warpgroup_commit_batch();
+    if (kPrefetchD && i + 1 < numChunks) loadD(chunkOf(i + 1));  // in flight under the update
     warpgroup_wait<0>();
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb) warpgroup_fence_operand(accS[vb]);
