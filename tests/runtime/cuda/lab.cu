@@ -1041,12 +1041,16 @@ int main(int argc, char** argv) {
         }
         // the delta rule's shapes for the Hopper backward (taken with --hopper-bwd, else by
         // chunk_backward_delta.cu): varlen with lengths 1, 63, 65, 71, 100; dk = dv = 128 varlen
-        // without h0 / d_ht; dk 128 > dv over four chunks; null d_q and d_g; fp16 too.
+        // without h0 / d_ht, and with them over three chunks of two sequences with strong gates
+        // (the fused reverse pass's two warpgroups); dk 128 > dv over four chunks; null d_q and
+        // d_g; fp16 too.
         for (auto dt : {DType::BF16, DType::F16})
           for (auto de : {DecayClass::None, DecayClass::Scalar}) {
             const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};
             runBwdCase({dn, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
             runBwdCase({dn, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, false});
+            Case s{dn, dt, 2, 150, 2, 128, 128, {}};
+            s.gmul = 10; s.gclamp = -20; runBwdCase(s);
             runBwdCase({dn, dt, 2, 200, 1, 128, 64, {}});
             Case c{dn, dt, 2, 90, 2, 64, 128, {}};
             c.all_grads = false; runBwdCase(c);

@@ -64,12 +64,6 @@ struct ChunkGradTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
-/// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
-__device__ inline float quadSum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 template <class T, int DK, int DV, class Decay>
 __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const BackwardParams p) {
   using Tiles = ChunkGradTiles<T, DK, DV>;
@@ -140,24 +134,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
   MmaQK mmaQK;
   Tensor accPm = partition_fragment_C(mmaQK, Shape<Int<C>, Int<C>>{});    // Q K^T (wg 2)
   const auto cC = accCoords<C, C>(mmaQK);
-  // Row dot of an accumulator with a [t, d] tile (rows t = r0 and r0 + 8 of this thread's quad):
-  // writes out[t] from the quad's first lane.
-  auto rowDots = [&](const auto& tile, float* out) {
-    const int r0 = get<0>(cX(0));
-    float s0 = 0.f, s1 = 0.f;
-    forEachPair<MmaXS>(cX, [&](int i, int t, int d) {
-      const float2 x = unpack2<T>(lds32(tile.at(t, d)));
-      const float part = accX(i) * x.x + accX(i + 1) * x.y;
-      if (t == r0) s0 += part;
-      else s1 += part;
-    });
-    s0 = quadSum(s0);
-    s1 = quadSum(s1);
-    if ((wtid & 3) == 0) {
-      out[r0] = s0;
-      out[r0 + 8] = s1;
-    }
-  };
+  // Row dots of accX with a [t, d] tile into out[] (tiles.cuh)
+  auto rowDots = [&](const auto& tile, float* out) { accRowDots<MmaXS>(cX, accX, tile, 0, out); };
 
   if (wg == 0) {
     MmaOV mma;

@@ -130,11 +130,6 @@ __device__ inline int threadIndexHere() {
   return t;
 }
 
-/// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
-__device__ inline float quadRowSum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 /// Aligns the dynamic shared memory to 1024 bytes (the 128-byte swizzle's period) and returns it
 /// as the stage's layout.

@@ -220,23 +220,8 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   if (tid < 32) chunkCumsumDouble<Decay>(sm.b, sm.g);
   __syncthreads();  // b; every read of the value blocks done
 
-  // Row dots of accX with a [t, d] tile: rows r0, r0 + 8 of this thread's quad into out[].
-  auto rowDots = [&](const auto& tile, float* out) {
-    const int r0 = get<0>(cX(0));
-    float s0 = 0.f, s1 = 0.f;
-    forEachPair<MmaXS>(cX, [&](int i, int t, int d) {
-      const float2 x = unpack2<T>(lds32(tile.at(t, d)));
-      const float part = accX(i) * x.x + accX(i + 1) * x.y;
-      if (t == r0) s0 += part;
-      else s1 += part;
-    });
-    s0 = quadRowSum(s0);
-    s1 = quadRowSum(s1);
-    if ((wtid & 3) == 0) {
-      out[r0] = s0;
-      out[r0 + 8] = s1;
-    }
-  };
+  // Row dots of accX with a [t, d] tile into out[] (tiles.cuh)
+  auto rowDots = [&](const auto& tile, float* out) { accRowDots<MmaXS>(cX, accX, tile, 0, out); };
 
   if (wg == 0) {
     forEachPair<MmaOD>(accCoords<C, C>(mmaOD), [&](int i, int t, int s) {

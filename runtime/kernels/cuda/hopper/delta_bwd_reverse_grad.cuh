@@ -191,23 +191,8 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
   }
   copyCommit();
 
-  // Row dots of acc with a [t, d] tile's key block kb: rows r0, r0 + 8 of this thread's quad.
-  auto rowDots = [&](const auto& tile, float* out) {
-    const int r0 = get<0>(cE()(0));
-    float s0 = 0.f, s1 = 0.f;
-    forEachPair<MmaKK>(cE(), [&](int i, int t, int d) {
-      const float2 x = unpack2<T>(lds32(tile.at(t, d, kb)));
-      const float part = acc(i) * x.x + acc(i + 1) * x.y;
-      if (t == r0) s0 += part;
-      else s1 += part;
-    });
-    s0 = quadRowSum(s0);
-    s1 = quadRowSum(s1);
-    if ((wtid & 3) == 0) {
-      out[r0] = s0;
-      out[r0 + 8] = s1;
-    }
-  };
+  // Row dots of acc with a [t, d] tile's key block kb into out[] (tiles.cuh)
+  auto rowDots = [&](const auto& tile, float* out) { accRowDots<MmaKK>(cE(), acc, tile, kb, out); };
 
   // D [t, v] (fp32, from stage 2) of chunk c, this thread's float4s, split into hi + lo at the top
   // of chunk c: loaded into registers while the previous chunk's update C runs where that is at

@@ -238,6 +238,35 @@ __device__ void forEachPair(const Coords& coords, F&& f) {
   for (int i = 0; i < size(coords); i += 2) f(i, int(get<0>(coords(i))), int(get<1>(coords(i))));
 }
 
+/// Sum over the four lanes that share an accumulator row (the wgmma C layout's quads).
+__device__ inline float quadRowSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Row dots of an accumulator with a [row, column] tile (stage `stage`): for the two rows of this
+/// thread's quad (r0, the row of its first register, and r0 + 8), the sum over the columns of
+/// acc(row, column) * tile(row, column), reduced over the quad; the quad's first lane writes
+/// out[r0] and out[r0 + 8]. Coordinates as forEachPair's.
+template <class Mma, class Coords, class Acc, class Tile>
+__device__ void accRowDots(const Coords& coords, const Acc& acc, const Tile& tile, int stage, float* out) {
+  using T = std::remove_cv_t<std::remove_pointer_t<decltype(tile.ptr)>>;
+  const int r0 = int(get<0>(coords(0)));
+  float s0 = 0.f, s1 = 0.f;
+  forEachPair<Mma>(coords, [&](int i, int row, int col) {
+    const float2 x = unpack2<T>(lds32(tile.at(row, col, stage)));
+    const float part = acc(i) * x.x + acc(i + 1) * x.y;
+    if (row == r0) s0 += part;
+    else s1 += part;
+  });
+  s0 = quadRowSum(s0);
+  s1 = quadRowSum(s1);
+  if ((threadIdx.x & 3) == 0) {
+    out[r0] = s0;
+    out[r0 + 8] = s1;
+  }
+}
+
 /// 16-byte global -> shared copy through cp.async; zero-fills the destination when !valid (the
 /// source is then not read, but must still be a mapped address).
 __device__ inline void copy16(uint32_t smem, const void* gmem, bool valid) {
