@@ -70,6 +70,8 @@
 #              bf16; VOCAB=32000 (default: fla's vocabulary size, bench/tokenizer32k.model for linac)
 #              or VOCAB=256 (bytes) on both sides). RUN_LONG=1 adds a 200-step 340m run, RUN_NCCL=1
 #              the NCCL path at world size 1, RUN_TINY=1 the tiny preset on CUDA.
+#              BENCH_FUSED=1 also benches DeltaNet and Gated DeltaNet with the backward's opt-in
+#              fused reverse pass (LINAC_HOPPER_FUSED_REVERSE=1), in a second table.
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
@@ -353,6 +355,14 @@ timed() {
       || echo "bench $n failed or timed out"
   done
   echo "linac bench done: $((SECONDS - start)) s"
+  # BENCH_FUSED=1: the delta rules again with the backward's fused reverse pass (opt-in,
+  # LINAC_HOPPER_FUSED_REVERSE=1), into linac_bench_fused.jsonl and a second table below
+  if [ "${BENCH_FUSED:-0}" = 1 ]; then
+    for n in deltanet gated_deltanet; do
+      phase 30 env LINAC_HOPPER_FUSED_REVERSE=1 $L bench "specs/$n.yaml" --device cuda \
+        --json "$OUT/linac_bench_fused.jsonl" >> /tmp/linac_bench.txt 2>&1 || echo "fused bench $n failed or timed out"
+    done
+  fi
   : > "$OUT/fla_bench.jsonl"
   for c in $FLA_OPS; do
     [ "${FLA:-1}" = 1 ] || break
@@ -375,6 +385,10 @@ timed() {
   cat "$WARM"/*.err /tmp/linac_bench.txt >> "$OUT/logs.txt" 2>/dev/null
   cp "$OUT/fla_train.jsonl" "$SUM/" 2>/dev/null
   python3 bench/compare.py "$OUT/linac_bench.jsonl" "$OUT/fla_bench.jsonl" | tee "$OUT/table.txt"
+  if [ -s "$OUT/linac_bench_fused.jsonl" ]; then
+    echo "== the delta rules with LINAC_HOPPER_FUSED_REVERSE=1" | tee -a "$OUT/table.txt"
+    python3 bench/compare.py "$OUT/linac_bench_fused.jsonl" "$OUT/fla_bench.jsonl" | tee -a "$OUT/table.txt"
+  fi
   python3 bench/train_summary.py "$SUM" | tee -a "$OUT/table.txt"
 }
 
