@@ -20,7 +20,8 @@
 // lo, S_c and dD in the input dtype; <S_c, dS_{c+1}> reads dS_{c+1} from the registers (fp32) and
 // a sequence's first state S_0 = h0 in fp32.
 // Shared memory (about 218 KB at dk = dv = 128) holds one chunk's tiles: k and S_c (and g) for
-// chunk c - 1 are copied by cp.async while chunk c's update C runs, q, W and dO once it is done;
+// chunk c - 1 are copied by cp.async while chunk c's update C runs, q, W and dO once it is done
+// (waited for only before B, so they arrive under A);
 // D (fp32) comes through registers (loaded under the update at dk 128) and is split into hi + lo at
 // the top of its chunk.
 // One CTA per (head, sequence) fills B * H SMs: the dispatch (delta_backward_stages.cuh) takes
@@ -185,10 +186,12 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     for (int vb = 0; vb < NV; ++vb)
       loadTile<false, C, E, kThreads>(tO, vb, static_cast<const T*>(p.d_o) + offV + vb * E, rowV, rows);
   };
-  if (numChunks > 0) {
-    loadFirst(chunkOf(0));
-    loadSecond(chunkOf(0));
-  }
+  // cp.async groups, in commit order: first(0), second(0), then per chunk i first(i + 1) once B
+  // is done and second(i + 1) once C is: at the top of chunk i the newest group is second(i),
+  // which only B and C read, so A runs while q, W and dO are still in flight.
+  if (numChunks > 0) loadFirst(chunkOf(0));
+  copyCommit();
+  if (numChunks > 0) loadSecond(chunkOf(0));
   copyCommit();
 
   // Row dots of acc with a [t, d] tile's key block kb into out[] (tiles.cuh)
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     const int c = chunkOf(i), rows = rowsOf(c);
     const int64_t tok0 = tokOf(c), offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
     if (!kPrefetchD) loadD(c);  // in flight while the copies are waited for
-    copyWait<0>();
+    copyWait<1>();        // first(i): k, S_c, g
     fenceToAsyncProxy();  // ... and dS_{c+1}'s hi + lo, for the tensor cores
     __syncthreads();
     if (tid < 32) chunkCumsumDouble<Decay>(sm.b, sm.g);
@@ -261,8 +264,9 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
         sts32(tNd.at(t, v, vb), pack2<T>(-d0, -d1));
       });
     }
+    copyWait<0>();  // second(i): q, W, dO
     fenceToAsyncProxy();
-    __syncthreads();  // -dD
+    __syncthreads();  // -dD; q, W, dO
 
     // B: the chunk's gradients for key block kb; the last warpgroup also forms dA'.
     // dO S_c^T, and dO D^T beside it in the warpgroup that forms dA' (each batch whole inside
