@@ -37,6 +37,9 @@
 // T. fla's form, dg_t = sum_{t' >= t} (q.dq - k.dk) + <ht, d_ht>, is a reverse cumsum over the whole
 // sequence of nearly cancelling differences: a float32 emulation (and the H200) put its dg at
 // 1.0e-5..1.6e-5 relative at dk = 256 from the products' rounding alone; this form gives ~1.5e-6.
+// fp32 inputs also form X_t in double where the diagonal sub-blocks' pairs cancel, and sum in
+// double (chunk_backward_diagonal_dqdk.cu; tests/runtime/cuda/diag_bwd_f32_check.py): d_w = d_g . g
+// of a -exp(w) decay weighs the residue of those pairs' fp32 roundings.
 //
 // Numerics. b is non-increasing (g <= 0, fp32 rounding is monotone), so every exponent below is
 // <= 0: strong gates (tests clamp g at -20 per token, b reaches -1280) underflow to 0, never to inf
