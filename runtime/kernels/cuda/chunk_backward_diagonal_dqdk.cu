@@ -46,7 +46,7 @@ struct DqdkSmem {
   static constexpr int Ki = dS;                  // [C, kLdA]   dk_inter (d_g only)
   // After the intra-chunk parts (the b tiles are free again):
   static constexpr int X = dO;                   // [C, kLdA]   X_t = q.dq' - k.dk_intra
-  static constexpr int Y = V;                    // [C, kLdA]   q . dq' (exclusive)
+  static constexpr int Y = V;                    // [C, kLdA]   q . dq' (exclusive; fp32: -k . dk_intra)
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
 static_assert(DqdkSmem::S % 4 == 0 && DqdkSmem::dS % 4 == 0 && kLdA % 4 == 0,
@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(kThreads, Precise ? 1 : 2) diagDqdkKernel(cons
         dk += float(xk);
       }
     }
-  // d_g staging (X, and q . dq' for the exclusive readout), dk = intra + inter, then the bonus
-  // terms (which do not depend on g).
+  // d_g staging (X, and for the exclusive readout q . dq', or -k . dk_intra for fp32 inputs),
+  // dk = intra + inter, then the bonus terms (which do not depend on g).
   if (want_dg) __syncthreads();  // every warp is done with the b tiles, which X and Y overwrite
   const float* u = excl ? p.u + int64_t(h) * DK + c0 : nullptr;
   if constexpr (Precise) {  // X (and -k . dk_intra) as formed with the walks, same layout
