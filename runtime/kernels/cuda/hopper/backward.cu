@@ -12,6 +12,7 @@
 #include "backward_params.h"
 #include "chunk_decay.cuh"
 #include "delta_bwd_params.h"
+#include "env_switch.h"
 #include "hopper_forward.h"
 
 #include <cutlass/bfloat16.h>
@@ -102,8 +103,7 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
   // stages 3 and 4 as one pass (delta_bwd_reverse_grad.cuh): opt-in until timed on a GPU
-  const char* fused = std::getenv("LINAC_HOPPER_FUSED_REVERSE");
-  p.fused_reverse = fused != nullptr && std::string(fused) == "1";
+  p.fused_reverse = envSwitch("LINAC_HOPPER_FUSED_REVERSE", false);
   const int64_t tokens = s.batch * s.seq_len;
   if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, p, tokens, slots, stream);
   else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
@@ -126,18 +126,12 @@ void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
 }
 
 /// The delta rule's wide heads (dk 256, dv 512): on unless LINAC_HOPPER_WIDE_BWD=0.
-bool wideDeltaBackwardEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_WIDE_BWD");
-  return env == nullptr || std::string(env) != "0";
-}
+bool wideDeltaBackwardEnabled() { return envSwitch("LINAC_HOPPER_WIDE_BWD", true); }
 
 /// The diagonal decay's Hopper stages: the default for both readouts (GLA, HGRN-2, RWKV-6); off
 /// with LINAC_HOPPER_DIAG_BWD=0 or LINAC_HOPPER_BWD=0 (as every Hopper backward).
 bool diagonalGradEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_DIAG_BWD");
-  const char* all = std::getenv("LINAC_HOPPER_BWD");
-  if (all != nullptr && std::string(all) == "0") return false;
-  return env == nullptr || std::string(env) != "0";
+  return envSwitch("LINAC_HOPPER_BWD", true) && envSwitch("LINAC_HOPPER_DIAG_BWD", true);
 }
 
 /// Whether the gradient stage takes Ks and Qs as high and low 16-bit halves (diag_grad.cuh): where
@@ -160,10 +154,7 @@ constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
 /// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in blocks of
 /// kDiagValueTile columns, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=0 sends them to the
 /// mma.sync passes (the value blocks ran 3.5% faster than them on an H100: bench/NOTES.md).
-bool diagonalValueBlocksEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_DIAG_WIDE");
-  return env == nullptr || std::string(env) != "0";
-}
+bool diagonalValueBlocksEnabled() { return envSwitch("LINAC_HOPPER_DIAG_WIDE", true); }
 
 int diagonalValueBlocks(const RecurrenceShape& s) {
   return s.value_dim <= kDiagValueTile ? 1 : int(s.value_dim / kDiagValueTile);
@@ -218,9 +209,7 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
                        const RecurrenceBackwardArgs& a) {
-  const char* env = std::getenv("LINAC_HOPPER_BWD");
-  const std::string mode = env != nullptr ? env : "";
-  if (mode == "0") return false;
+  if (!envSwitch("LINAC_HOPPER_BWD", true)) return false;
   if (dtype == DType::F32 || kind.readout != Readout::Inclusive ||
       kind.decay == DecayClass::Diagonal)
     return false;

@@ -252,8 +252,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
       for (int j = 0; j < NK; ++j) {
         Tensor fK = thrKM.partition_fragment_A(fresh(tK).tensor()(_, _, j));
         Tensor fHi = thrKM.partition_fragment_B(fresh(tSHit).tensor()(_, _, block(j, vb)));
-        if (j == 0) gemm<true>(mmaKM, fK, fHi, acc);
-        else gemm<false>(mmaKM, fK, fHi, acc);
+        gemmTerm(j == 0, mmaKM, fK, fHi, acc);
         gemm<false>(mmaKM, fK, thrKM.partition_fragment_B(fresh(tSLot).tensor()(_, _, block(j, vb))), acc);
       }
       commitAndWait(acc);
@@ -274,8 +273,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     auto doS = [&](int vb) {
       Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(kb, vb)));
       Tensor fO = thrKK.partition_fragment_A(fresh(tO).tensor()(_, _, vb));
-      if (vb == 0) gemm<true>(mmaKK, fO, fS, acc);
-      else gemm<false>(mmaKK, fO, fS, acc);
+      gemmTerm(vb == 0, mmaKK, fO, fS, acc);
     };
     const bool formsA = wg == NK - 1;
     if (formsA) {
@@ -284,8 +282,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
       for (int vb = 0; vb < NV; ++vb) {
         Tensor fO = thrKK.partition_fragment_A(fresh(tO).tensor()(_, _, vb));
         Tensor fHi = thrKK.partition_fragment_B(fresh(tDHi).tensor()(_, _, vb));
-        if (vb == 0) gemm<true>(mmaKK, fO, fHi, accA);
-        else gemm<false>(mmaKK, fO, fHi, accA);
+        gemmTerm(vb == 0, mmaKK, fO, fHi, accA);
         gemm<false>(mmaKK, fO, thrKK.partition_fragment_B(fresh(tDLo).tensor()(_, _, vb)), accA);
         doS(vb);
       }
@@ -328,8 +325,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     for (int vb = 0; vb < NV; ++vb) {
       Tensor fDHi = thrKK.partition_fragment_A(fresh(tDHi).tensor()(_, _, vb));
       Tensor fSHi = thrKK.partition_fragment_B(fresh(tSHi).tensor()(_, _, block(kb, vb)));
-      if (vb == 0) gemm<true>(mmaKK, fDHi, fSHi, acc);
-      else gemm<false>(mmaKK, fDHi, fSHi, acc);
+      gemmTerm(vb == 0, mmaKK, fDHi, fSHi, acc);
       gemm<false>(mmaKK, thrKK.partition_fragment_A(fresh(tDLo).tensor()(_, _, vb)), fSHi, acc);
       gemm<false>(mmaKK, fDHi, thrKK.partition_fragment_B(fresh(tSLo).tensor()(_, _, block(kb, vb))), acc);
     }
@@ -357,8 +353,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupT
     for (int vb = 0; vb < NV; ++vb) {
       Tensor fNd = thrKK.partition_fragment_A(fresh(tNd).tensor()(_, _, vb));
       Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(kb, vb)));
-      if (vb == 0) gemm<true>(mmaKK, fNd, fS, acc);
-      else gemm<false>(mmaKK, fNd, fS, acc);
+      gemmTerm(vb == 0, mmaKK, fNd, fS, acc);
     }
     commitAndWait(acc);
     {

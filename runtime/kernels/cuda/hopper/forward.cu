@@ -7,6 +7,7 @@
 
 #include "../cuda_check.h"
 #include "chunk_decay.cuh"
+#include "env_switch.h"
 #include "forward_params.h"
 
 #include <cutlass/bfloat16.h>
@@ -78,23 +79,14 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
-bool diagonalEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_DIAG");
-  return env == nullptr || std::string(env) != "0";
-}
+bool diagonalEnabled() { return envSwitch("LINAC_HOPPER_DIAG", true); }
 
 /// Key dim 256 and value dims above 256, on unless LINAC_HOPPER_WIDE=0 (for A/B runs).
-bool wideEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_WIDE");
-  return env == nullptr || std::string(env) != "0";
-}
+bool wideEnabled() { return envSwitch("LINAC_HOPPER_WIDE", true); }
 
 }  // namespace
 
-bool blockInverseEnabled() {
-  const char* env = std::getenv("LINAC_HOPPER_BLOCK_INVERSE");
-  return env == nullptr || std::string(env) != "0";
-}
+bool blockInverseEnabled() { return envSwitch("LINAC_HOPPER_BLOCK_INVERSE", true); }
 
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32) return false;
@@ -111,9 +103,7 @@ bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceS
   if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
       s.value_dim != 256 && s.value_dim != 512)
     return false;
-  if (const char* env = std::getenv("LINAC_HOPPER"); env != nullptr && std::string(env) == "0")
-    return false;
-  return isHopper();
+  return envSwitch("LINAC_HOPPER", true) && isHopper();
 }
 
 void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
@@ -137,8 +127,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
   p.block_inverse = blockInverseEnabled();
-  const char* overlap = std::getenv("LINAC_HOPPER_OVERLAP");  // opt-in until timed on a GPU
-  p.overlap = overlap != nullptr && std::string(overlap) == "1";
+  p.overlap = envSwitch("LINAC_HOPPER_OVERLAP", false);  // opt-in until timed on a GPU
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;

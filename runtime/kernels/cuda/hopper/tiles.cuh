@@ -101,6 +101,15 @@ __device__ void gemm(Mma& mma, const FA& a, const FB& b, Acc& acc) {
   }
 }
 
+/// acc = A B^T where `first`, else acc += A B^T: a term of a sum over blocks, `first` for the
+/// first (a loop index compared with 0 in an unrolled loop, so no branch stays between the
+/// warpgroup's arrive and its commit).
+template <class Mma, class FA, class FB, class Acc>
+__device__ void gemmTerm(bool first, Mma& mma, const FA& a, const FB& b, Acc& acc) {
+  if (first) gemm<true>(mma, a, b, acc);
+  else gemm<false>(mma, a, b, acc);
+}
+
 /// Orders this thread's register writes to the accumulators before the warpgroup's products.
 template <class... Acc>
 __device__ void issue(Acc&... acc) {
