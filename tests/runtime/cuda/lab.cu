@@ -42,6 +42,7 @@
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
 //                 (B8 T4096 H8 D128): a short run for a profiler to attach to
+#include "autotune.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
@@ -682,6 +683,57 @@ double withEnv(const char* name, const char* value, F&& f) {
   return ms;
 }
 
+__global__ void spinKernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+/// The autotuner (autotune.h) on this GPU, with two candidates that spin one CTA for about 25 and
+/// 100 us: the first call times both (a warm-up and five runs each) and picks the shorter, a second
+/// call takes the recorded choice without running either, and with LINAC_AUTOTUNE=0 or during a
+/// stream capture a new shape class gets the fallback, untimed. The cache is this process's only
+/// (main sets LINAC_AUTOTUNE_CACHE to "").
+void checkAutotune() {
+  constexpr long long kCycles = 50000;
+  int longRuns = 0, shortRuns = 0;
+  auto spin = [](long long cycles, cudaStream_t stream, int* runs) {
+    return [cycles, stream, runs] {
+      spinKernel<<<1, 32, 0, stream>>>(cycles);
+      LINAC_CUDA_CHECK_LAUNCH("spinKernel");
+      ++*runs;
+    };
+  };
+  const std::vector<kc::TuneCandidate> candidates{{"long", spin(4 * kCycles, nullptr, &longRuns)},
+                                                  {"short", spin(kCycles, nullptr, &shortRuns)}};
+  auto check = [](const char* what, bool ok) {
+    if (!ok) ++g_fail;
+    std::printf("%-28s %-5s %-34s %-4s %10s  %s\n", "autotune", "-", what, "-", "-", ok ? "PASS" : "FAIL");
+  };
+  const size_t timed = kc::chooseCandidate("lab.spin", "one CTA", candidates, 0, nullptr);
+  check("times both, picks the faster", candidates[timed].name == "short" && longRuns == 6 && shortRuns == 6);
+  const size_t recorded = kc::chooseCandidate("lab.spin", "one CTA", candidates, 0, nullptr);
+  check("recorded choice, nothing run", recorded == timed && longRuns == 6 && shortRuns == 6);
+  size_t disabled = 1;
+  withEnv("LINAC_AUTOTUNE", "0", [&] {
+    disabled = kc::chooseCandidate("lab.spin", "another class", candidates, 0, nullptr);
+    return 0.0;
+  });
+  check("LINAC_AUTOTUNE=0: the fallback", disabled == 0 && longRuns == 6 && shortRuns == 6);
+  cudaStream_t stream;
+  LINAC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int capturedRuns = 0;
+  const std::vector<kc::TuneCandidate> onStream{{"long", spin(4 * kCycles, stream, &capturedRuns)},
+                                                {"short", spin(kCycles, stream, &capturedRuns)}};
+  LINAC_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const size_t captured = kc::chooseCandidate("lab.spin", "captured class", onStream, 0, stream);
+  cudaGraph_t graph;
+  LINAC_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LINAC_CUDA_CHECK(cudaGraphDestroy(graph));
+  LINAC_CUDA_CHECK(cudaStreamDestroy(stream));
+  check("capturing a graph: the fallback", captured == 0 && capturedRuns == 0);
+}
+
 /// The timing rows to run: all, or (--bench-rows TEXT) those whose name contains TEXT, at the
 /// first shape only.
 const char* benchRows = nullptr;
@@ -877,6 +929,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   rng.seed(seed);
+  setenv("LINAC_AUTOTUNE_CACHE", "", 0);  // each lab process times its own choices, unless told a file
   cudaDeviceProp prop;
   LINAC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d, %d SMs), seed %llu\n", prop.name, prop.major, prop.minor,
@@ -887,6 +940,7 @@ int main(int argc, char** argv) {
     const UpdateRule updates[] = {UpdateRule::Additive, UpdateRule::Delta};
     const Readout readouts[] = {Readout::Inclusive, Readout::ExclusiveBonus};
     const DType dtypes[] = {DType::BF16, DType::F32, DType::F16};
+    if (!bench_only) checkAutotune();
     if (bench_only) {
     } else if (quick) {
       Case c{{DecayClass::Diagonal, UpdateRule::Delta, Readout::ExclusiveBonus}, DType::BF16, 1, 70, 1, 64, 64, {0, 30, 70}};

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/../../.."
 B=build-cuda
 OUT=${OUT:-$B/out}
 mkdir -p "$B" "$OUT"
-NV=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr -Iruntime/kernels/cuda)
+NV=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr -Iruntime/kernels/cuda
+    -DLINAC_KERNELS_BUILD="\"lab $(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)\"")
 CUTE=$(bash bench/cutlass_include.sh)
 hopper=()
 if [ -n "$CUTE" ]; then
@@ -39,6 +40,7 @@ srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f
       runtime/kernels/cuda/chunk_backward_delta.cu runtime/kernels/cuda/chunk_backward_delta_prep.cu
       runtime/kernels/cuda/chunk_backward_delta_scan.cu runtime/kernels/cuda/chunk_backward_delta_dqdk.cu
       runtime/kernels/cuda/chunk_backward_delta_wy.cu runtime/kernels/cuda/workspace.cu
+      runtime/kernels/cuda/autotune.cu
       "${hopper[@]}" tests/runtime/cuda/lab.cu)
 pids=()
 for f in "${srcs[@]}"; do

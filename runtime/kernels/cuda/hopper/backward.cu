@@ -7,6 +7,7 @@
 // =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
 
+#include "../autotune.h"
 #include "../cuda_check.h"
 #include "../workspace.h"
 #include "backward_params.h"
@@ -20,6 +21,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace linac::kernels::cuda::hopper {
 
@@ -102,11 +104,29 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
-  // stages 3 and 4 as one pass (delta_bwd_reverse_grad.cuh): opt-in until timed on a GPU
-  p.fused_reverse = envSwitch("LINAC_HOPPER_FUSED_REVERSE", false);
   const int64_t tokens = s.batch * s.seq_len;
-  if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, p, tokens, slots, stream);
-  else runDeltaDims<cutlass::half_t>(kind.decay, s, p, tokens, slots, stream);
+  auto run = [&](bool fusedReverse) {
+    DeltaBackwardParams q = p;
+    q.fused_reverse = fusedReverse;
+    if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, q, tokens, slots, stream);
+    else runDeltaDims<cutlass::half_t>(kind.decay, s, q, tokens, slots, stream);
+  };
+  // Stages 3 and 4 as one pass (delta_bwd_reverse_grad.cuh) at dk, dv <= 128: off until a GPU has
+  // checked it; LINAC_HOPPER_FUSED_REVERSE=1 forces it, =auto times it against the staged pair
+  // per shape class (autotune.h): one CTA per (head, sequence) against dv / 32 of them, so which
+  // wins depends on how many sequences x heads fill the GPU.
+  const Switch fused = s.key_dim <= 128 && s.value_dim <= 128
+                           ? envChoice("LINAC_HOPPER_FUSED_REVERSE", Switch::Off)
+                           : Switch::Off;
+  if (fused != Switch::Auto) {
+    run(fused == Switch::On);
+    return;
+  }
+  const std::vector<TuneCandidate> candidates{{"staged", [&] { run(false); }},
+                                              {"fused", [&] { run(true); }}};
+  const size_t pick = chooseCandidate("delta_backward.reverse",
+                                      recurrenceShapeClass(kind, dtype, s, num_seqs), candidates, 0, stream);
+  candidates[pick].launch();
 }
 
 /// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk in {64,

@@ -1,5 +1,6 @@
-// The Hopper paths' on / off switches in the environment (LINAC_HOPPER_*), for A / B runs and
-// opt-in paths; read where a call is dispatched.
+// The Hopper paths' switches in the environment (LINAC_HOPPER_*), for A / B runs and opt-in paths;
+// read where a call is dispatched. A switch between two correct paths may also say "auto": time
+// both on the first call of a shape class and keep the faster (kernels/cuda/autotune.h).
 #pragma once
 
 #include <cstdlib>
@@ -12,6 +13,19 @@ inline bool envSwitch(const char* name, bool fallback) {
   const char* value = std::getenv(name);
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
   if (value != nullptr && std::strcmp(value, "0") == 0) return false;
+  return fallback;
+}
+
+/// A switch between two correct paths: off, on, or timed (autotune.h).
+enum class Switch { Off, On, Auto };
+
+/// The switch `name`: "1" on, "0" off, "auto" timed; unset or any other value: `fallback`.
+inline Switch envChoice(const char* name, Switch fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  if (std::strcmp(value, "1") == 0) return Switch::On;
+  if (std::strcmp(value, "0") == 0) return Switch::Off;
+  if (std::strcmp(value, "auto") == 0) return Switch::Auto;
   return fallback;
 }
 

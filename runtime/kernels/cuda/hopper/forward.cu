@@ -5,6 +5,7 @@
 // than the mma.sync kernel at those heads on the H200: kernels/cuda/NOTES.md).
 #include "hopper_forward.h"
 
+#include "../autotune.h"
 #include "../cuda_check.h"
 #include "chunk_decay.cuh"
 #include "env_switch.h"
@@ -13,8 +14,8 @@
 #include <cutlass/bfloat16.h>
 #include <cutlass/half.h>
 
-#include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace linac::kernels::cuda::hopper {
 
@@ -127,14 +128,41 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
   p.block_inverse = blockInverseEnabled();
-  p.overlap = envSwitch("LINAC_HOPPER_OVERLAP", false);  // opt-in until timed on a GPU
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;
-  if (dtype == DType::BF16)
-    runKeyDim<cutlass::bfloat16_t>(kind, p, s.key_dim, tokens, slots, stream);
-  else
-    runKeyDim<cutlass::half_t>(kind, p, s.key_dim, tokens, slots, stream);
+  auto run = [&](bool late, bool overlap) {
+    ForwardParams q = p;
+    q.late_loads = late;
+    q.overlap = overlap;
+    if (dtype == DType::BF16)
+      runKeyDim<cutlass::bfloat16_t>(kind, q, s.key_dim, tokens, slots, stream);
+    else
+      runKeyDim<cutlass::half_t>(kind, q, s.key_dim, tokens, slots, stream);
+  };
+  if (kind.update != UpdateRule::Delta || s.key_dim > 128) {  // no choice (dk 256 loads late always)
+    run(false, false);
+    return;
+  }
+  // The delta rule's state stage: late loads (one stage of q / w) helped Gated DeltaNet by 8-13%
+  // on the H200 and cost DeltaNet 2-12% (bench/NOTES.md), so a scalar decay's fallback is late;
+  // timed per shape class unless LINAC_HOPPER_LATE=1 / 0 pins it. The overlapped order
+  // (LINAC_HOPPER_OVERLAP=1, or =auto to time it too) is off until a GPU has checked it.
+  const bool lateFallback = kind.decay == DecayClass::Scalar;
+  const Switch late = envChoice("LINAC_HOPPER_LATE", Switch::Auto);
+  const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Off);
+  auto values = [](Switch sw, bool fallback) {
+    if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
+    return std::vector<bool>{sw == Switch::On};
+  };
+  std::vector<TuneCandidate> candidates;  // the first is the fallback
+  for (const bool o : values(overlap, false))
+    for (const bool l : values(late, lateFallback))
+      candidates.push_back({std::string(l ? "late" : "early") + (o ? "+overlap" : ""),
+                            [&run, l, o] { run(l, o); }});
+  const size_t pick = chooseCandidate("forward.delta_state", recurrenceShapeClass(kind, dtype, s, num_seqs),
+                                      candidates, 0, stream);
+  candidates[pick].launch();
 }
 
 }  // namespace linac::kernels::cuda::hopper

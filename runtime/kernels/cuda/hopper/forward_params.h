@@ -41,6 +41,8 @@ struct ForwardParams {
   bool overlap;          // (delta) the state stage waits for W S and K^T X before Q S and P X,
                          // which then run under X's forming and the state's publishing
                          // (state_output.cuh); LINAC_HOPPER_OVERLAP=1, opt-in
+  bool late_loads;       // (delta, dk <= 128) the state stage keeps one stage of q / w tiles
+                         // (forward.cu chooses; dk 256 always does)
 };
 
 /// Writable views of the preparation's outputs.

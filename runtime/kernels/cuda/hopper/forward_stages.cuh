@@ -11,7 +11,6 @@
 #include "diagonal_prepare.cuh"
 #include "state_output.cuh"
 
-#include <cstdlib>
 #include <string>
 
 namespace linac::kernels::cuda::hopper {
@@ -58,19 +57,9 @@ int residentPerSm() {
   return blocks;
 }
 
-/// Whether the delta rule's state stage keeps one stage of q / w (kLate). Measured on the H200
-/// (bench/NOTES.md, "The opt-in Hopper paths"): it helps a scalar decay (Gated DeltaNet 0.726 ->
-/// 0.671 ms at B8 T4096 H8 D128, 1.267 -> 1.104 at B2 T16384 H4) and costs DeltaNet 2-12%, so it
-/// is the scalar decay's default. LINAC_HOPPER_LATE=1 / 0 forces it on / off for A/B runs.
-template <class Decay>
-bool useLateLoads() {
-  if (const char* env = std::getenv("LINAC_HOPPER_LATE"); env != nullptr)
-    return std::string(env) == "1";
-  return Decay::kClass == DecayClass::Scalar;
-}
-
 /// The state stage with BV = 32 where every CTA of the smaller blocks is resident at once (two per
-/// SM: twice the warps to hide each other's latency), else BV = 64. At dk 256 the state's
+/// SM: twice the warps to hide each other's latency), else BV = 64; with p.late_loads (the delta
+/// rule, forward.cu's choice) BV = 32 with one stage of q / w where those all fit. At dk 256 the state's
 /// accumulator is DK x BV fp32 over one warpgroup (64 registers a thread at BV = 32, 128 at
 /// BV = 64, where ptxas spills ~1 KB), so BV = 32 always; and two stages of q, k and w (192 KB)
 /// leave no room for the value tiles, so the delta rule keeps one stage of q / w (late loads)
@@ -89,7 +78,7 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
     }();
     const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
     if constexpr (kDelta) {
-      if (useLateLoads<Decay>() &&
+      if (p.late_loads &&
           narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {
         launchStateOutputBlock<T, DK, kNarrow, Decay, true, true>(p, stream);
         return;

@@ -5,8 +5,10 @@
 // fixed / scalar and dv 512 for the delta rule (Gated DeltaNet's 340m heads; LINAC_HOPPER_WIDE=0
 // sends those back). chunkForward sends the calls it supports here on an
 // sm_90 device with sm_90a code in the build; LINAC_HOPPER=0 in the environment turns the path off
-// (for A/B timings). The delta rule's state stage keeps single-stage q / w tiles for a scalar decay
-// (useLateLoads in forward_stages.cuh; LINAC_HOPPER_LATE=1 / 0 forces it), and at dk 256 always.
+// (for A/B timings). The delta rule's state stage keeps single-stage q / w tiles (late loads) at
+// dk 256 always; at dk <= 128 forward() times late against early loads on the first call of each
+// shape class and keeps the faster (kernels/cuda/autotune.h; a scalar decay's fallback is late,
+// LINAC_HOPPER_LATE=1 / 0 pins it).
 #pragma once
 
 #include "../../common/recurrence.h"
