@@ -10,7 +10,7 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap] [--hopper-fused-reverse]
+//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -38,6 +38,9 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default ('fused')
+//   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
+//                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
+//                 case running the winner
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
@@ -918,6 +921,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-auto")) {
+      for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE"})
+        setenv(name, "auto", 1);
+    }
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];

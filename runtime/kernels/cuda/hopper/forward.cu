@@ -145,11 +145,12 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     return;
   }
   // The delta rule's state stage: late loads (one stage of q / w) helped Gated DeltaNet by 8-13%
-  // on the H200 and cost DeltaNet 2-12% (bench/NOTES.md), so a scalar decay's fallback is late;
-  // timed per shape class unless LINAC_HOPPER_LATE=1 / 0 pins it. The overlapped order
-  // (LINAC_HOPPER_OVERLAP=1, or =auto to time it too) is off until a GPU has checked it.
+  // on the H200 and cost DeltaNet 2-12% (bench/NOTES.md), so a scalar decay takes them;
+  // LINAC_HOPPER_LATE=1 / 0 pins either, =auto times both per shape class (autotune.h). The
+  // overlapped order (LINAC_HOPPER_OVERLAP=1, or =auto to time it too) is off until a GPU has
+  // checked it.
   const bool lateFallback = kind.decay == DecayClass::Scalar;
-  const Switch late = envChoice("LINAC_HOPPER_LATE", Switch::Auto);
+  const Switch late = envChoice("LINAC_HOPPER_LATE", lateFallback ? Switch::On : Switch::Off);
   const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Off);
   auto values = [](Switch sw, bool fallback) {
     if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};

@@ -6,9 +6,8 @@
 // sends those back). chunkForward sends the calls it supports here on an
 // sm_90 device with sm_90a code in the build; LINAC_HOPPER=0 in the environment turns the path off
 // (for A/B timings). The delta rule's state stage keeps single-stage q / w tiles (late loads) at
-// dk 256 always; at dk <= 128 forward() times late against early loads on the first call of each
-// shape class and keeps the faster (kernels/cuda/autotune.h; a scalar decay's fallback is late,
-// LINAC_HOPPER_LATE=1 / 0 pins it).
+// dk 256 always, and at dk <= 128 for a scalar decay (LINAC_HOPPER_LATE=1 / 0 pins it; =auto
+// times late against early loads per shape class and keeps the faster, kernels/cuda/autotune.h).
 #pragma once
 
 #include "../../common/recurrence.h"
