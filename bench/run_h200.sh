@@ -37,6 +37,7 @@
 #     LAB_BUILD_ONLY=1) and build-cuda/lab_before.xz (the baseline's, built from an earlier commit in
 #     a git worktree), both carried, stripped and xz-compressed (~15 MB each; .gz is read too). The new lab's cases (AB_CASES_ARGS, default
 #     --no-bench), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
+#     with AB_AUTO=1 the quick cases once more with the timed choices (--hopper-auto),
 #     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
 #     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
 #     to itself; bench/ab_summary.py prints each row's medians, their ratio and the spread.
@@ -435,6 +436,11 @@ ab() {
       echo "$tool rc=$? ($((SECONDS - start)) s)"
     done
     grep -E "SUMMARY" "$OUT/ab_sanitizer.log"
+  fi
+  if [ "${AB_AUTO:-0}" = 1 ]; then  # the quick cases with the timed choices (autotune.h)
+    phase 60 /tmp/lab_after --quick --no-bench --hopper-auto > "$OUT/ab_auto.log" 2>&1
+    echo "auto cases rc=$? ($((SECONDS - start)) s)"
+    grep -E "autotune|FAIL|ALL PASS" "$OUT/ab_auto.log" | head -12
   fi
   # AB_ROUNDS rounds, the order of the two binaries alternating (the GPU moves unchanged code
   # by 5-20% from one process to the next: bench/NOTES.md, 2026-12-05); bench/ab_summary.py
