@@ -5,6 +5,7 @@
 #include "ops/recurrence_ops.h"
 #include "prologue/map_op.h"
 #ifdef LINAC_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
 #include "prologue/map_op_cuda.h"
 #endif
 
@@ -320,7 +321,18 @@ bool runsInKernel(const runtime::VariantKernels& variant, const Operands& operan
     return false;
   const auto dtype = v->second.scalar_type();
   const bool dkTaken = options.keyDim == 64 || options.keyDim == 128 || options.keyDim == 256;
-  return (dtype == torch::kFloat || dtype == torch::kBFloat16) && dkTaken && v->second.size(3) % 64 == 0;
+  if (!(dtype == torch::kFloat || dtype == torch::kBFloat16) || !dkTaken || v->second.size(3) % 64 != 0)
+    return false;
+  if (options.mode == FusedMode::Automatic) {  // composed where it reaches the Hopper stages
+    kernels::RecurrenceShape shape;
+    shape.batch = v->second.size(0);
+    shape.seq_len = v->second.size(1);
+    shape.heads = v->second.size(2);
+    shape.key_dim = options.keyDim;
+    shape.value_dim = v->second.size(3);
+    if (kernels::cuda::chunkForwardOnHopper(variant.kind, kernelDtype(dtype), shape)) return false;
+  }
+  return true;
 #else
   (void)variant, (void)operands, (void)options;
   return false;

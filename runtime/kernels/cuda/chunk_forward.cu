@@ -60,6 +60,15 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   }
 }
 
+bool chunkForwardOnHopper(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape) {
+#ifdef LINAC_HAVE_HOPPER
+  return hopper::forwardSupported(kind, dtype, shape);
+#else
+  (void)kind, (void)dtype, (void)shape;
+  return false;
+#endif
+}
+
 // chunkBackward lives in chunk_backward.cu.
 
 }  // namespace linac::kernels::cuda

@@ -20,6 +20,10 @@ namespace linac::kernels::cuda {
 void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                   const RecurrenceForwardArgs& args, cudaStream_t stream);
 
+/// Whether chunkForward runs this call on the Hopper stages (hopper/: an sm_90 device, sm_90a code
+/// in the build, a kind, element type and shape they take), its fastest path where it applies.
+bool chunkForwardOnHopper(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
+
 /// Chunkwise backward (chunk_backward.cu): exact, writes every non-null gradient. dk in
 /// {64, 128, 256}, dv a multiple of 16. Takes its workspace from workspace.h's allocator, on `stream`.
 void chunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,

@@ -16,7 +16,7 @@
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
 //                 an H200); the backward timings show it beside the mma.sync path either way
 //   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
-//                 every decay (LINAC_HOPPER_LATE=1; the default takes them for a scalar decay)
+//                 every decay (LINAC_HOPPER_LATE=1; the default times them per shape class)
 //   --hopper-diag forces the Hopper stages of a diagonal decay (LINAC_HOPPER_DIAG=1, the default);
 //   --hopper-column-inverse  the delta rule's cases take (I + A)^-1 one column per thread in both
 //                 preparations (LINAC_HOPPER_BLOCK_INVERSE=0); the forward timings show it beside
@@ -40,7 +40,7 @@
 //                 show it beside the default ('fused')
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
 //                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
-//                 case running the winner
+//                 case running the winner: the default, named here to override the environment
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape

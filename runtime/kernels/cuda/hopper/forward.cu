@@ -144,14 +144,14 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     run(false, false);
     return;
   }
-  // The delta rule's state stage: late loads (one stage of q / w) helped Gated DeltaNet by 8-13%
-  // on the H200 and cost DeltaNet 2-12% (bench/NOTES.md), so a scalar decay takes them;
-  // LINAC_HOPPER_LATE=1 / 0 pins either, =auto times both per shape class (autotune.h). The
-  // overlapped order (LINAC_HOPPER_OVERLAP=1, or =auto to time it too) is off until a GPU has
-  // checked it.
+  // The delta rule's state stage, timed per shape class (autotune.h): late loads (one stage of
+  // q / w) helped Gated DeltaNet by 8-13% on the H200 and cost DeltaNet 2-12% (bench/NOTES.md),
+  // so the fallback (LINAC_AUTOTUNE=0) is late for a scalar decay only; the overlapped order moved
+  // the H100's times by -2% to +3% (session 25), so it is timed too, its fallback off.
+  // LINAC_HOPPER_LATE / LINAC_HOPPER_OVERLAP =1 / =0 pin either.
   const bool lateFallback = kind.decay == DecayClass::Scalar;
-  const Switch late = envChoice("LINAC_HOPPER_LATE", lateFallback ? Switch::On : Switch::Off);
-  const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Off);
+  const Switch late = envChoice("LINAC_HOPPER_LATE", Switch::Auto);
+  const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Auto);
   auto values = [](Switch sw, bool fallback) {
     if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
     return std::vector<bool>{sw == Switch::On};

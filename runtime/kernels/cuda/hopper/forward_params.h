@@ -40,7 +40,7 @@ struct ForwardParams {
                          // one column per thread
   bool overlap;          // (delta) the state stage waits for W S and K^T X before Q S and P X,
                          // which then run under X's forming and the state's publishing
-                         // (state_output.cuh); LINAC_HOPPER_OVERLAP=1, opt-in
+                         // (state_output.cuh); timed by forward.cu (autotune.h)
   bool late_loads;       // (delta, dk <= 128) the state stage keeps one stage of q / w tiles
                          // (forward.cu chooses; dk 256 always does)
 };

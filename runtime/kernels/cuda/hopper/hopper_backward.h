@@ -7,8 +7,9 @@
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md);
-//    LINAC_HOPPER_FUSED_REVERSE=1 runs stages 3 and 4 as one reverse pass at dk, dv <= 128
-//    (delta_bwd_reverse_grad.cuh; opt-in until a GPU has timed it).
+//    at dk, dv <= 128 stages 3 and 4 as one reverse pass (delta_bwd_reverse_grad.cuh) where it
+//    times faster than the staged pair for the shape class (autotune.h;
+//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_grad.cuh),
 //    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
 //    inclusive readout since the kernel lab and `linac verify` checked them on the H200 (1.5x

@@ -6,8 +6,9 @@
 // sends those back). chunkForward sends the calls it supports here on an
 // sm_90 device with sm_90a code in the build; LINAC_HOPPER=0 in the environment turns the path off
 // (for A/B timings). The delta rule's state stage keeps single-stage q / w tiles (late loads) at
-// dk 256 always, and at dk <= 128 for a scalar decay (LINAC_HOPPER_LATE=1 / 0 pins it; =auto
-// times late against early loads per shape class and keeps the faster, kernels/cuda/autotune.h).
+// dk 256 always; at dk <= 128 forward() times late and early loads, each in the plain and the
+// overlapped order, per shape class and keeps the fastest (kernels/cuda/autotune.h;
+// LINAC_HOPPER_LATE / LINAC_HOPPER_OVERLAP =1 / =0 pin them).
 #pragma once
 
 #include "../../common/recurrence.h"

@@ -22,9 +22,10 @@
 // the swizzle folds into (SmemTile), and BV = 32 puts two CTAs on an SM where the grid allows.
 // kLate keeps one stage of q and w, which only the first batch reads, and copies the next
 // chunk's as soon as that batch is done: the delta rule's CTA then fits two per SM at BV = 32.
-// kOverlap (the delta rule; p.overlap at launch, opt-in) puts the state's chain S_c -> W S -> X ->
-// K^T X -> S_{c+1} first in each batch: W S and K^T X are committed as batches of their own and
-// waited for alone, so Q S runs while X is formed and P X while the new state is published.
+// kOverlap (the delta rule; p.overlap at launch, where forward.cu's timing picks it) puts the
+// state's chain S_c -> W S -> X -> K^T X -> S_{c+1} first in each batch: W S and K^T X are
+// committed as batches of their own and waited for alone, so Q S runs while X is formed and P X
+// while the new state is published.
 #pragma once
 
 #include "chunk_decay.cuh"
