@@ -126,16 +126,19 @@ restore_cache() {
   fi
 }
 
-# One warm-only process per fla op and model, in parallel, against Triton cache $1; waits for all
-# of them (at most $2 seconds).
+# One warm-only process per fla op, in parallel, against Triton cache $1, beside one process per
+# fla model in turn (two 340m models at once ran out of an H100's memory, session 25); waits for
+# all of them (at most $2 seconds).
 warm_fla() {
   local cache=$1 limit=$2 pids=()
-  for v in $WARM_MODELS; do  # WARM_BATCH (default 4, the timed batch: some autotune keys depend on it)
-    TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
-      --batch "${WARM_BATCH:-4}" --seq-len 4096 --vocab "${VOCAB:-32000}" --warmup 1 --steps 0 "${BYPASS[@]}" \
-      > "$WARM/model_$v.$(basename "$cache").out" 2>&1 &
-    pids+=($!)
-  done
+  (  # WARM_BATCH (default 4, the timed batch: some autotune keys depend on it)
+    for v in $WARM_MODELS; do
+      TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
+        --batch "${WARM_BATCH:-4}" --seq-len 4096 --vocab "${VOCAB:-32000}" --warmup 1 --steps 0 "${BYPASS[@]}" \
+        > "$WARM/model_$v.$(basename "$cache").out" 2>&1
+    done
+  ) &
+  pids+=($!)
   for c in $WARM_OPS; do
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only "$c" --warm-only \
       "${BYPASS[@]}" > "$WARM/op_$c.$(basename "$cache").out" 2>&1 &
