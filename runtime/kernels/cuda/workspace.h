@@ -1,6 +1,9 @@
 // Scratch memory of the CUDA kernels: the backward's state workspaces, the Hopper forward's W, U
 // and P, the scan's chunk summaries. Every kernel entry point takes it from one stream-ordered
-// allocator, by default cudaMallocAsync / cudaFreeAsync. A host that owns the device's memory
+// allocator, by default cudaMallocFromPoolAsync / cudaFreeAsync on a pool of the kernels' own per
+// device that keeps the memory it has reserved for later calls (a process without a caching
+// allocator, as the C API's callers and the kernel lab, would otherwise map each call's workspace
+// afresh after every synchronisation). A host that owns the device's memory
 // installs its own (the LibTorch runtime installs c10's caching allocator, ops/kernel_dispatch.cpp),
 // so the kernels' scratch shares its pool, shows in its peak statistics, and running out of memory
 // there is its own error, raised after it has released its cached blocks and tried again.
@@ -20,8 +23,8 @@ struct WorkspaceAllocator {
   void (*release)(void* ptr, cudaStream_t stream) = nullptr;
 };
 
-/// Installs `allocator` for every later workspace of this process; an empty one restores
-/// cudaMallocAsync / cudaFreeAsync. Not synchronised with kernels running on other host threads:
+/// Installs `allocator` for every later workspace of this process; an empty one restores the
+/// kernels' own pool. Not synchronised with kernels running on other host threads:
 /// install it once, before the first launch.
 void setWorkspaceAllocator(WorkspaceAllocator allocator);
 

@@ -112,9 +112,10 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
     else runDeltaDims<cutlass::half_t>(kind.decay, s, q, tokens, slots, stream);
   };
   // Stages 3 and 4 as one pass (delta_bwd_reverse_grad.cuh) at dk, dv <= 128, timed against the
-  // staged pair per shape class (autotune.h): on an H100 at B8 T4096 H8 D128 it was 4% faster for
-  // DeltaNet and 9% slower for Gated DeltaNet (session 25), and with one CTA per (head, sequence)
-  // against dv / 32 of them, which wins also depends on how many sequences x heads fill the GPU.
+  // staged pair per shape class (autotune.h): on an H100 at B8 T4096 H8 D128 the lab had it 4%
+  // faster for DeltaNet (partly its smaller workspace, which the lab then mapped afresh each call)
+  // and 9% slower for Gated DeltaNet (session 25); with one CTA per (head, sequence) against
+  // dv / 32 of them, which wins also depends on how many sequences x heads fill the GPU.
   // The fallback (LINAC_AUTOTUNE=0) is staged; LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either.
   const Switch fused = s.key_dim <= 128 && s.value_dim <= 128
                            ? envChoice("LINAC_HOPPER_FUSED_REVERSE", Switch::Auto)
