@@ -9,6 +9,7 @@ written into the run directory as config.yaml, and `linac compile` prints the pa
 One ctest entry per scenario (see SCENARIOS); each works in WORK_DIR/SCENARIO, which it empties
 first. A scenario fails with an AssertionError that says what was expected.
 """
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ SPEC = os.path.join(SPECS, "gated_deltanet.yaml")
 FLAGS = {
     "compile": ["--emit", "--schedule", "--preset", "--out", "--specs-dir", "--check"],
     "emit": ["--out", "--backends"],
+    "autotune": ["--cache", "--json", "--clear"],
     "verify": ["--device", "--shape", "--dtypes", "--seed", "--chunk"],
     "bench": ["--device", "--shape", "--dtype", "--iters", "--warmup", "--json"],
     "train": ["--config", "--schedule", "--preset", "--task", "--data", "--tokenizer", "--data-dtype",
@@ -197,7 +199,27 @@ def compile_warnings(work):
     assert "warning" not in p.stderr, f"a shipped spec raised a warning:\n{p.stderr}"
 
 
-SCENARIOS = {f.__name__: f for f in (help_lists_flags, usage_errors, config_file, compile_warnings)}
+def autotune_cache(work):
+    """`linac autotune`: the recorded choices, the latest line per key; --json; --clear deletes."""
+    path = os.path.join(work, "autotune.tsv")
+    check_in("nothing recorded yet", linac("autotune", "--cache", path, expect=0).stdout)
+    key = "abc123\tNVIDIA H200 (132 SMs)\tdelta_backward.reverse[staged|fused]\tbf16 scalar delta dk128 dv128 nh64 t4096"
+    write(path, "# linac autotune cache\n"
+                f"{key}\tfused\tstaged=1.2000,fused=1.0000\n"
+                "a malformed line\n"
+                f"{key}\tstaged\tstaged=0.9000,fused=1.0000\n")
+    text = linac("autotune", "--cache", path, expect=0).stdout
+    check_in("(1 recorded choice)", text)
+    check_in("NVIDIA H200 (132 SMs), build abc123", text)
+    row = [line for line in text.splitlines() if "delta_backward.reverse" in line]
+    assert len(row) == 1 and " staged " in row[0] and "staged=0.9000,fused=1.0000" in row[0], text
+    records = [json.loads(line) for line in linac("autotune", "--cache", path, "--json", expect=0).stdout.splitlines()]
+    assert [r["choice"] for r in records] == ["staged"], records
+    check_in("deleted", linac("autotune", "--cache", path, "--clear", expect=0).stdout)
+    assert not os.path.exists(path), "--clear left the cache file"
+
+
+SCENARIOS = {f.__name__: f for f in (help_lists_flags, usage_errors, config_file, compile_warnings, autotune_cache)}
 
 if __name__ == "__main__":
     name = sys.argv[4]

@@ -11,6 +11,7 @@ namespace linac::cli {
 bool compilerAvailable();
 Command addCompileCommand(CLI::App& root);
 Command addEmitCommand(CLI::App& root);
+Command addAutotuneCommand(CLI::App& root);
 
 bool runtimeAvailable();
 Command addVerifyCommand(CLI::App& root);

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       linac::cli::addCompileCommand(root), linac::cli::addEmitCommand(root),     linac::cli::addVerifyCommand(root),
       linac::cli::addBenchCommand(root),   linac::cli::addTrainCommand(root),    linac::cli::addEvalCommand(root),
       linac::cli::addGenerateCommand(root), linac::cli::addMemoryCommand(root), linac::cli::addSweepCommand(root),
-      linac::cli::addImportCommand(root), linac::cli::addExportCommand(root),
+      linac::cli::addImportCommand(root), linac::cli::addExportCommand(root), linac::cli::addAutotuneCommand(root),
   };
   if (argc < 2) {
     std::cerr << root.help();

@@ -79,6 +79,33 @@ inline std::optional<std::pair<std::string, std::string>> parseTuneLine(const st
   return std::make_pair(key.text(), fields[4]);
 }
 
+/// One cache line as read back: its key, the choice and the candidates' timings as written.
+struct TuneRecord {
+  TuneKey key;
+  std::string choice;
+  std::string times_ms;  // "candidate=ms,candidate=ms,..."
+};
+
+/// The records of the cache file at `path`, the latest per key, in the order their keys first
+/// appear (none when the file does not exist; comments and malformed lines skipped).
+inline std::vector<TuneRecord> readTuneRecords(const std::string& path) {
+  std::vector<TuneRecord> records;
+  std::map<std::string, size_t> index;  // key text -> position in records
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!parseTuneLine(line)) continue;
+    std::vector<std::string> f;
+    std::string field;
+    std::istringstream fields(line);
+    while (std::getline(fields, field, '\t')) f.push_back(field);
+    TuneRecord record{{f[0], f[1], f[2], f[3]}, f[4], f[5]};
+    const auto [at, fresh] = index.emplace(record.key.text(), records.size());
+    if (fresh) records.push_back(std::move(record));
+    else records[at->second] = std::move(record);
+  }
+  return records;
+}
+
 /// The recorded choices of one cache file, kept in memory; record() appends to the file.
 class AutotuneCache {
  public:

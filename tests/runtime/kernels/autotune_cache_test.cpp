@@ -69,6 +69,24 @@ TEST_F(AutotuneCacheTest, LaterLineOverridesAndOtherKeysMiss) {
   EXPECT_FALSE(cache.find(otherGpu).has_value());
 }
 
+TEST_F(AutotuneCacheTest, RecordsListTheLatestChoicePerKeyInFirstSeenOrder) {
+  TuneKey other = kKey;
+  other.shape = "bf16 none delta dk64 dv64 nh8 t1024";
+  {
+    AutotuneCache cache(file());
+    cache.record(kKey, {"fused", {{"staged", 1.2}, {"fused", 1.0}}});
+    cache.record(other, {"staged", {{"staged", 0.5}, {"fused", 0.7}}});
+    cache.record(kKey, {"staged", {{"staged", 0.9}, {"fused", 1.0}}});
+  }
+  const std::vector<TuneRecord> records = readTuneRecords(file());
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].key.text(), kKey.text());
+  EXPECT_EQ(records[0].choice, "staged");
+  EXPECT_EQ(records[0].times_ms, "staged=0.9000,fused=1.0000");
+  EXPECT_EQ(records[1].key.shape, other.shape);
+  EXPECT_TRUE(readTuneRecords((dir_ / "missing.tsv").string()).empty());
+}
+
 TEST_F(AutotuneCacheTest, CommentsAndMalformedLinesAreSkipped) {
   fs::create_directories(fs::path(file()).parent_path());
   {
