@@ -13,8 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <limits>
 #include <map>
 #include <mutex>
 
@@ -80,30 +78,19 @@ struct Events {
   }
 };
 
-/// Every candidate's median time (infinity for one that threw), runs interleaved so that a clock
-/// change moves all of them alike.
-std::vector<double> timeCandidates(const std::string& what, const std::vector<TuneCandidate>& candidates,
-                                   cudaStream_t stream) {
+/// Every candidate's median time, runs interleaved so that a clock change moves all of them alike.
+/// A candidate's exception propagates as the call's own would (an out-of-memory error from the
+/// host's allocator keeps its type, so `linac train --find-batch` still bisects past it).
+std::vector<double> timeCandidates(const std::vector<TuneCandidate>& candidates, cudaStream_t stream) {
   const Events events;
   std::vector<std::vector<float>> runs(candidates.size());
-  std::vector<bool> failed(candidates.size(), false);
-  for (int run = -1; run < kTimedRuns; ++run) {  // run -1: the warm-up
+  for (int run = -1; run < kTimedRuns; ++run)  // run -1: the warm-up
     for (size_t i = 0; i < candidates.size(); ++i) {
-      if (failed[i]) continue;
-      try {
-        const float ms = timeOnce(candidates[i].launch, events.start, events.stop, stream);
-        if (run >= 0) runs[i].push_back(ms);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "linac: autotune %s: candidate %s failed and is left out: %s\n",
-                     what.c_str(), candidates[i].name.c_str(), e.what());
-        failed[i] = true;
-        cudaGetLastError();  // clear a launch error so the other candidates can run
-      }
+      const float ms = timeOnce(candidates[i].launch, events.start, events.stop, stream);
+      if (run >= 0) runs[i].push_back(ms);
     }
-  }
-  std::vector<double> medians(candidates.size(), std::numeric_limits<double>::infinity());
+  std::vector<double> medians(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (failed[i]) continue;
     std::sort(runs[i].begin(), runs[i].end());
     medians[i] = runs[i][runs[i].size() / 2];
   }
@@ -143,10 +130,8 @@ size_t chooseCandidate(const std::string& point, const std::string& shape,
   if (!autotuneEnabled() || capturing(stream)) return fallback;
 
   const std::string what = point + " [" + shape + "]";
-  const std::vector<double> ms = timeCandidates(what, candidates, stream);
+  const std::vector<double> ms = timeCandidates(candidates, stream);
   const size_t best = size_t(std::min_element(ms.begin(), ms.end()) - ms.begin());
-  LINAC_REQUIRE(ms[best] != std::numeric_limits<double>::infinity(),
-                "autotune " + what + ": every candidate failed");
   TuneResult result{candidates[best].name, {}};
   std::string report = "linac: autotune " + what + ":";
   for (size_t i = 0; i < candidates.size(); ++i) {

@@ -37,8 +37,8 @@ bool autotuneEnabled();
 /// the one recorded for this build, GPU, point, candidate names and `shape`; else, when timing is
 /// enabled and the stream is not capturing a CUDA graph, the fastest by the median of five timed
 /// runs of each (interleaved, after one warm-up run each), recorded; else `fallback`. A candidate
-/// that throws while timed is reported and left out. The caller then runs the returned candidate,
-/// so that the outputs are the chosen path's even on the call that timed.
+/// that throws while timed fails the call, as it would untimed. The caller then runs the returned
+/// candidate, so that the outputs are the chosen path's even on the call that timed.
 size_t chooseCandidate(const std::string& point, const std::string& shape,
                        const std::vector<TuneCandidate>& candidates, size_t fallback,
                        cudaStream_t stream);
