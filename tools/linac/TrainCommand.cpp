@@ -219,6 +219,9 @@ int runTrain(CLI::App& app, TrainFlags& f, const std::vector<std::string>& argv)
     // deterministic matmuls on CUDA without it); every linac kernel path is checked as it runs
     // (ops/kernel_dispatch.cpp).
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    // The kernels' timed choices (kernels/cuda/autotune.h) could differ from machine to machine
+    // and between runs without a shared cache: the measured heuristics instead, the same everywhere.
+    ::setenv("LINAC_AUTOTUNE", "0", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   }
   const bool resume = f.resume;
@@ -612,8 +615,9 @@ Command addTrainCommand(CLI::App& root) {
   app->add_flag("--checkpointing", f->checkpointing,
                 "activation checkpointing per block: recompute each block in the backward (less memory)");
   app->add_flag("--deterministic", f->deterministic,
-                "the same bits on every run: torch's deterministic algorithms, and an error for a linac CUDA "
-                "kernel that sums with atomics (the exact backward, the fp32 / pre-Hopper delta backward)");
+                "the same bits on every run: torch's deterministic algorithms, an error for a linac CUDA "
+                "kernel that sums with atomics (the exact backward, the fp32 / pre-Hopper delta backward), and "
+                "the kernels' fixed heuristics instead of timed choices (LINAC_AUTOTUNE=0)");
   app->add_flag("--find-batch", f->findBatch,
                 "instead of training: the largest --batch whose training step (forward, backward, AdamW) fits the "
                 "device at --seq-len, by doubling then bisecting; prints each trial's peak memory, writes no run");
