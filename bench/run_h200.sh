@@ -44,7 +44,7 @@
 #
 #   bash bench/run_h200.sh fit [seconds]
 #     `linac train --find-batch` (issue 14's largest batch x sequence that fits): FIT_MODELS (default
-#     "gated_deltanet:340m gla:340m gated_deltanet:1.3b") at 3:1, T=4096 (FIT_SEQ), vocab 32000,
+#     "gated_deltanet:340m gla:340m gated_deltanet_6h:1.3b") at 3:1, T=4096 (FIT_SEQ), vocab 32000,
 #     with and without --checkpointing; one JSON line each into $OUT/fit.jsonl.
 #
 #   bash bench/run_h200.sh gputests [seconds]
@@ -99,7 +99,7 @@ SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
 SHAPE_ARGS=(); IFS=';' read -ra _shapes <<< "$SHAPES"; for _s in "${_shapes[@]}"; do SHAPE_ARGS+=(--shape "$_s"); done
 LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
 VERIFY_SPECS=${VERIFY_SPECS-$LINEAR_SPECS}  # set but empty: none (prepare: fla warms with the GPU to itself)
-BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v gated_delta_diag)}
+BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v -e gated_delta_diag -e gated_deltanet_6h)}  # fla has neither
 FLA_OPS=${FLA_OPS:-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
 MODELS=${MODELS-gated_deltanet gla}
 WARM_OPS=${WARM_OPS:-$FLA_OPS}
@@ -468,7 +468,7 @@ ab() {
 fit() {
   build || exit 1
   : > "$OUT/fit.jsonl"
-  for item in ${FIT_MODELS:-gated_deltanet:340m gla:340m gated_deltanet:1.3b}; do
+  for item in ${FIT_MODELS:-gated_deltanet:340m gla:340m gated_deltanet_6h:1.3b}; do
     for ck in "" --checkpointing; do
       phase 200 $L train "specs/${item%%:*}.yaml" --preset "${item#*:}" --schedule 3:1 --device cuda \
         --tokenizer bench/tokenizer32k.model --seq-len "${FIT_SEQ:-4096}" --find-batch $ck > /tmp/fit.log 2>&1
