@@ -27,7 +27,8 @@ def rounds(path):
         for row in lab_rows.rows(chunk.splitlines(), "-", "-"):
             for field in FIELDS:
                 if field in row:
-                    key = (row["variant"], row["kind"], row.get("dv", row["D"]), row["backend"], field)
+                    shape = f'{row["B"]},{row["T"]},{row["H"]}'
+                    key = (row["variant"], row["kind"], shape, row.get("dv", row["D"]), row["backend"], field)
                     values.setdefault(key, []).append(row[field])
     return values
 
@@ -42,13 +43,13 @@ def main():
     ap.add_argument("after")
     args = ap.parse_args()
     before, after = rounds(args.before), rounds(args.after)
-    print(f"{'variant':15} {'kind':20} {'dv':>4} {'backend':34} {'field':11} "
+    print(f"{'variant':15} {'kind':20} {'B,T,H':>10} {'dv':>4} {'backend':34} {'field':11} "
           f"{'before':>8} {'after':>8} {'a/b':>6} {'spread b':>8} {'spread a':>8} {'n':>3}")
     for key in sorted(set(before) & set(after)):
         b, a = before[key], after[key]
         mb, ma = statistics.median(b), statistics.median(a)
-        variant, kind, dv, backend, field = key
-        print(f"{variant:15} {kind:20} {dv:>4} {backend[:34]:34} {field:11} {mb:8.3f} {ma:8.3f} "
+        variant, kind, shape, dv, backend, field = key
+        print(f"{variant:15} {kind:20} {shape:>10} {dv:>4} {backend[:34]:34} {field:11} {mb:8.3f} {ma:8.3f} "
               f"{ma / mb:6.3f} {spread(b):8.1%} {spread(a):8.1%} {min(len(a), len(b)):3d}")
 
 

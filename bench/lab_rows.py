@@ -7,7 +7,7 @@ usage: python3 bench/lab_rows.py LAB_BENCH_LOG --commit SHA [--gpu NAME] [--env 
 --env names the opt-in switches the lab ran with (its --hopper-* flags); they go into the default
 dispatch's backend label. The rows "GDN 340m heads" and "GLA 340m heads" are Gated DeltaNet and GLA
 at their 340m presets' heads (B4 T4096 H4; dk 256 x dv 512 and dk 128 x dv 256; rows carry dk and
-dv where they differ).
+dv where they differ); the backward rows whose kind ends in " T16384" are at B2 T16384 H4 D128.
 """
 import argparse
 import json
@@ -31,6 +31,8 @@ NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
 WIDE_ROWS = {"GDN": ("delta-scalar", dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)),
              "GLA": ("additive-diag", dict(B=4, T=4096, H=4, D=128, dk=128, dv=256))}
+LONG_SUFFIX = " T16384"  # a backward row at issue 11's long shape with few heads
+LONG_SHAPE = dict(B=2, T=16384, H=4, D=128)
 SOURCE = "linac_cuda_lab --bench-only (cudaEvent median of 30 after 5 warm-ups; backward median of 20 after 3)"
 
 
@@ -57,12 +59,13 @@ def rows(lines, commit, gpu, env=""):
         if len(name) < 2 or name[0] not in VARIANTS or len(parts) < 2:
             continue
         wide = name[1].strip() == WIDE_HEADS
-        kind = WIDE_ROWS[name[0]][0] if wide else name[1].strip()
+        long = backward and name[1].strip().endswith(LONG_SUFFIX)
+        kind = WIDE_ROWS[name[0]][0] if wide else name[1].strip().removesuffix(LONG_SUFFIX)
         base = {"variant": VARIANTS[name[0]], "kind": kind, "dtype": "bf16", "gpu": gpu,
                 "source": SOURCE, "commit": commit}
         label = lambda backend: default if backend == "linac-default" else backend
         if backward:
-            base.update(WIDE_ROWS[name[0]][1] if wide else dict(B=8, T=4096, H=8, D=128))
+            base.update(WIDE_ROWS[name[0]][1] if wide else LONG_SHAPE if long else dict(B=8, T=4096, H=8, D=128))
             for column, value in zip(header, parts):
                 if column in BACKWARD_COLUMNS and value != "-":
                     field, backend = BACKWARD_COLUMNS[column]
