@@ -20,7 +20,8 @@ WorkspaceAllocator& installed() {
 /// back to the driver at every synchronisation, so a caller that synchronises between calls paid
 /// for mapping each call's workspace afresh (the kernel lab's delta forward measured 0.54-0.67 ms
 /// against 0.38 through torch's caching allocator on an H100, bench/NOTES.md, session 25). A
-/// separate pool leaves the process's default pool as its owner configured it.
+/// separate pool leaves the process's default pool as its owner configured it. Null where the
+/// device cannot create one (the workspaces then come from the default pool, as before).
 cudaMemPool_t workspacePool() {
   static std::mutex mutex;
   static std::map<int, cudaMemPool_t> pools;
@@ -34,10 +35,14 @@ cudaMemPool_t workspacePool() {
     props.handleTypes = cudaMemHandleTypeNone;
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
-    cudaMemPool_t pool;
-    LINAC_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
-    uint64_t keepAll = UINT64_MAX;
-    LINAC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll));
+    cudaMemPool_t pool = nullptr;
+    if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+      uint64_t keepAll = UINT64_MAX;
+      LINAC_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll));
+    } else {
+      cudaGetLastError();  // not sticky: clear it and keep to the default pool
+      pool = nullptr;
+    }
     it = pools.emplace(device, pool).first;
   }
   return it->second;
@@ -58,7 +63,10 @@ Workspace::Workspace(size_t bytes, cudaStream_t stream) : stream_(stream) {
     ptr_ = a.allocate(bytes, stream);
     release_ = a.release;
   } else {
-    LINAC_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, workspacePool(), stream));
+    if (cudaMemPool_t pool = workspacePool())
+      LINAC_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream));
+    else
+      LINAC_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
   }
 }
 
