@@ -5,7 +5,7 @@
 #include "cuda_check.h"
 
 #ifndef LINAC_KERNELS_BUILD
-#include "kernels_build_info.h"  // LINAC_GIT_COMMIT, written at build time (cmake/BuildInfo.cmake)
+#include "build_info.h"  // LINAC_GIT_COMMIT, written at build time (cmake/BuildInfo.cmake)
 #define LINAC_KERNELS_BUILD LINAC_GIT_COMMIT
 #endif
 

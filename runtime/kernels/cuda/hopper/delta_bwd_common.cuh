@@ -130,7 +130,6 @@ __device__ inline int threadIndexHere() {
   return t;
 }
 
-
 /// Aligns the dynamic shared memory to 1024 bytes (the 128-byte swizzle's period) and returns it
 /// as the stage's layout.
 template <class Smem>
