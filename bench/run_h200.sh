@@ -260,14 +260,16 @@ lab() {
   # PROFILE="ROW:REGEX ..." profiles the first PROFILE_COUNT (default 2) kernels matching REGEX in
   # the lab's timing row ROW (--bench-rows), e.g. PROFILE="GDN:deltaPrepare|stateOutput", with the
   # GPU otherwise idle; PROFILE_ARGS (default --no-bwd) are the lab's other flags: "" includes the
-  # backward rows (e.g. PROFILE="GDN:deltaBwd" PROFILE_COUNT=5 PROFILE_ARGS="").
+  # backward rows (e.g. PROFILE="GDN:deltaBwd" PROFILE_COUNT=5 PROFILE_ARGS="", or "--no-fwd" for the
+  # backward's alone). REGEX searches the demangled name, so "hopper::" keeps the wgmma stages apart
+  # from the mma.sync kernels of the same name.
   # PROFILE_SOURCE="ROW:REGEX ..." samples the first matching kernel's warp stalls per SASS
   # instruction (ncu --set full, source page as CSV): where the kernel's time goes, line by line.
   local item n=0
   for item in ${PROFILE_SOURCE:-}; do
     n=$((n + 1))  # outputs numbered in PROFILE_SOURCE's order (two items may share a row)
     local rep=/tmp/ncu_src_$n tag="$n-${item%%:*}"
-    phase 120 ncu --set full --import-source yes --kernel-name "regex:${item#*:}" --launch-count 1 -f -o "$rep" \
+    phase 120 ncu --set full --import-source yes --kernel-name-base demangled --kernel-name "regex:${item#*:}" --launch-count 1 -f -o "$rep" \
       ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" > /dev/null 2>&1
     echo "ncu source $item rc=$? ($((SECONDS - start)) s)"
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source_$tag.csv" 2>&1
@@ -276,7 +278,8 @@ lab() {
     python3 bench/ncu_source_top.py "$OUT/ncu_source_$tag.csv" | head -40
   done
   for item in ${PROFILE:-}; do
-    phase 90 ncu --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" --section SpeedOfLight \
+    phase 90 ncu --kernel-name-base demangled --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" \
+      --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section LaunchStats \
       ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" \
       > "$OUT/ncu_${item%%:*}.txt" 2>&1

@@ -7,7 +7,7 @@
 // forward+backward timings.
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
-// Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--hopper-bwd]
+// Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
@@ -43,6 +43,7 @@
 //                 case running the winner: the default, named here to override the environment
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
+//   --no-fwd      no forward timing rows (the backward's alone, e.g. under ncu)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
 //                 (B8 T4096 H8 D128): a short run for a profiler to attach to
 #include "autotune.h"
@@ -912,7 +913,7 @@ void benchBackward() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, fwd_only = false, bench_only = false, do_bench = true, do_bwd = true;
+  bool quick = false, fwd_only = false, bench_only = false, do_bench = true, do_bwd = true, do_fwd = true;
   uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -934,6 +935,7 @@ int main(int argc, char** argv) {
     }
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
+    else if (!std::strcmp(argv[i], "--no-fwd")) do_fwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
   }
@@ -1141,7 +1143,7 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("\n%s: %d check(s) failed\n", g_fail ? "FAIL" : "ALL PASS", g_fail);
-    if (do_bench) bench();
+    if (do_bench && do_fwd) bench();
     if (do_bench && do_bwd) benchBackward();
   } catch (const std::exception& e) {
     std::printf("linac_cuda_lab: error: %s\n", e.what());
