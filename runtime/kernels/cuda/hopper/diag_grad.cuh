@@ -119,6 +119,31 @@ __device__ __forceinline__ uint32_t lowHalf2(float2 x) {
   return pack2<T>(x.x - hi.x, x.y - hi.y);
 }
 
+/// For every channel pair (t, c), c even, of a [C, DK] tile, taken by kThreads threads from
+/// `first` on: store(t, c, value(t, c)). A thread forms kBatch pairs' values (their loads
+/// included) before it stores any of them: the shared-memory accesses are ordered asm, so a pair's
+/// loads issued after the previous pair's store would each wait a round trip. The same pairs go
+/// to the same thread as in a plain strided loop.
+template <int C, int DK, int kThreads, class Value, class Store>
+__device__ __forceinline__ void forEachTilePair(int first, Value value, Store store) {
+  constexpr int kPairs = C * DK / 2, kBatch = 4;
+  using V = decltype(value(0, 0));
+#pragma unroll 1
+  for (int i0 = first; i0 < kPairs; i0 += kThreads * kBatch) {
+    V v[kBatch];
+    CUTE_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j * kThreads;
+      if (i < kPairs) v[j] = value(i / (DK / 2), (i % (DK / 2)) * 2);
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j * kThreads;
+      if (i < kPairs) store(i / (DK / 2), (i % (DK / 2)) * 2, v[j]);
+    }
+  }
+}
+
 /// Barrier over the whole CTA, called from each warpgroup's own branch (bar.sync counts warps, so
 /// the three call sites meet).
 __device__ __forceinline__ void ctaBarrier() { asm volatile("bar.sync 0;\n" ::: "memory"); }
@@ -253,12 +278,19 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     for (int i = tid; i < C * C; i += kDiagGradThreads) sts16(tAt.at(i / C, i % C), 0);
     copyWait<0>();
     __syncthreads();
-    if (tid < DK) {  // b: cumsum along t, in double, a thread per channel
+    if (tid < DK) {  // b: cumsum along t, in double, a thread per channel, a block's loads first
       const int c = tid;
       double run = 0.0;
-      for (int t = 0; t < C; ++t) {
-        run += sm.b[bIndex<DK>(t, c)];
-        sm.b[bIndex<DK>(t, c)] = float(run);
+#pragma unroll 1
+      for (int t0 = 0; t0 < C; t0 += NB) {
+        float x[NB];
+        CUTE_UNROLL
+        for (int j = 0; j < NB; ++j) x[j] = sm.b[bIndex<DK>(t0 + j, c)];
+        CUTE_UNROLL
+        for (int j = 0; j < NB; ++j) {
+          run += x[j];
+          sm.b[bIndex<DK>(t0 + j, c)] = float(run);
+        }
       }
     } else {  // meanwhile <S_c[d, :], dS_{c+1}[d, :]> per key row, from the 16-bit tiles
       for (int d = tid - DK; d < DK; d += kDiagGradThreads - DK) {
@@ -273,12 +305,16 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     __syncthreads();
     // Ks (blocks 0..2, reference R_block) and Qs (blocks 1..3, reference R_{block - 1}), high
     // halves; warpgroups 0 and 1 overwrite them with the low halves in phase 2.
-    for (int i = tid; i < C * DK / 2; i += kDiagGradThreads) {
-      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2;
-      const float2 ks = ksPair(t, c), qs = qsPair(t, c);
-      sts32(tKs.at(t, c), pack2<T>(ks.x, ks.y));
-      sts32(tQs.at(t, c), pack2<T>(qs.x, qs.y));
-    }
+    forEachTilePair<C, DK, kDiagGradThreads>(
+        tid,
+        [&](int t, int c) {
+          const float2 ks = ksPair(t, c), qs = qsPair(t, c);
+          return make_uint2(pack2<T>(ks.x, ks.y), pack2<T>(qs.x, qs.y));
+        },
+        [&](int t, int c, uint2 x) {
+          sts32(tKs.at(t, c), x.x);
+          sts32(tQs.at(t, c), x.y);
+        });
     fenceToAsyncProxy();
     __syncthreads();
   }
@@ -286,10 +322,9 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   // products with the high halves are done; the products that follow read them.
   auto lowHalves = [&](const auto& tile, auto pair) {
     warpgroupBarrier(wg);
-    for (int i = wtid; i < C * DK / 2; i += kWarpgroupThreads) {
-      const int t = i / (DK / 2), c = (i % (DK / 2)) * 2;
-      sts32(tile.at(t, c), lowHalf2<T>(pair(t, c)));
-    }
+    forEachTilePair<C, DK, kWarpgroupThreads>(
+        wtid, [&](int t, int c) { return lowHalf2<T>(pair(t, c)); },
+        [&](int t, int c, uint32_t x) { sts32(tile.at(t, c), x); });
     fenceToAsyncProxy();
     warpgroupBarrier(wg);
   };
@@ -304,16 +339,26 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   // difference of b would carry b's rounding), filled by warpgroups 0 and 1 in phase 2 into S_c's
   // tile, which only phase 1 reads; 1 past the sequence's end.
   float* decay = sm.late.op.sc.a;
+  // kBatch loads of g are issued before their stores (a load after a store the compiler cannot
+  // tell apart from it would wait for the previous one's global round trip).
   auto fillDecays = [&] {
     const float* g = p.g + tok0 * rowK + int64_t(h) * DK;
-    for (int i = tid; i < C * DK / 4; i += 2 * kWarpgroupThreads) {
-      const int t = i / (DK / 4), c = (i % (DK / 4)) * 4;
-      float4 a = make_float4(1.f, 1.f, 1.f, 1.f);
-      if (t < rows) {
-        const float4 x = *reinterpret_cast<const float4*>(g + t * rowK + c);
-        a = make_float4(expFtz(x.x), expFtz(x.y), expFtz(x.z), expFtz(x.w));
+    constexpr int kThreads = 2 * kWarpgroupThreads, kBatch = 4, kQuads = C * DK / 4;
+    static_assert(kQuads % (kThreads * kBatch) == 0, "whole batches of float4");
+#pragma unroll 1
+    for (int i0 = tid; i0 < kQuads; i0 += kThreads * kBatch) {
+      float4 x[kBatch];
+      CUTE_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = i0 + j * kThreads, t = i / (DK / 4), c = (i % (DK / 4)) * 4;
+        x[j] = t < rows ? *reinterpret_cast<const float4*>(g + t * rowK + c) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      *reinterpret_cast<float4*>(&decay[t * DK + c]) = a;
+      CUTE_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = i0 + j * kThreads, t = i / (DK / 4), c = (i % (DK / 4)) * 4;
+        *reinterpret_cast<float4*>(&decay[t * DK + c]) =
+            make_float4(expFtz(x[j].x), expFtz(x[j].y), expFtz(x[j].z), expFtz(x[j].w));
+      }
     }
   };
   // A thread's accumulator rows (the wgmma layout): r and r + 8 of its warp's 16, one block.
@@ -577,15 +622,17 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
       const auto cA = accCoords<C, C>(mma);
       for (int i = 1; i <= kDiagRefs; ++i) {
         warpgroupBarrier(wg);  // the previous product has read x
-        for (int e = wtid; e < C * DK / 2; e += kWarpgroupThreads) {
-          const int s = e / (DK / 2), c = (e % (DK / 2)) * 2;
-          uint32_t w = 0;
-          if (s < NB * i) {
-            const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
-            w = pack2<T>(kk.x * f.x, kk.y * f.y);
-          }
-          sts32(tX.at(s, c), w);
-        }
+        forEachTilePair<C, DK, kWarpgroupThreads>(
+            wtid,
+            [&](int s, int c) {
+              uint32_t w = 0;
+              if (s < NB * i) {
+                const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
+                w = pack2<T>(kk.x * f.x, kk.y * f.y);
+              }
+              return w;
+            },
+            [&](int s, int c, uint32_t w) { sts32(tX.at(s, c), w); });
         fenceToAsyncProxy();
         warpgroupBarrier(wg);
         issue(accA);
@@ -601,11 +648,13 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     ctaBarrier();
     {
       // x <- K e^{B - b}; dv = x dS, then dv += A^T dO
-      for (int i = wtid; i < C * DK / 2; i += kWarpgroupThreads) {
-        const int s = i / (DK / 2), c = (i % (DK / 2)) * 2;
-        const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
-        sts32(tX.at(s, c), pack2<T>(kk.x * f.x, kk.y * f.y));
-      }
+      forEachTilePair<C, DK, kWarpgroupThreads>(
+          wtid,
+          [&](int s, int c) {
+            const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
+            return pack2<T>(kk.x * f.x, kk.y * f.y);
+          },
+          [&](int s, int c, uint32_t w) { sts32(tX.at(s, c), w); });
       fenceToAsyncProxy();
       warpgroupBarrier(wg);
       auto thrV = mmaKdS.get_thread_slice(wtid);

@@ -144,24 +144,44 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
       }
     }
     // X[t][ch] *= e^{B - b_t} (forward: a suffix sum, walked down) or scale e^{bq_t} (reverse: a
-    // prefix sum, walked up)
+    // prefix sum, walked up), kBatch tokens at a time: their loads issued together before any of
+    // their stores (the shared-memory accesses are ordered asm, so a load after the previous
+    // token's store would wait a round trip each)
+    constexpr int kBatch = 8;
+    static_assert(kSpan % kBatch == 0, "whole batches of tokens");
+    uint16_t xs[kBatch];
+    float gs[kBatch];
     if (!reverse) {
       float run = after;  // sum_{u > t} g_u
-#pragma unroll 8
-      for (int j = kSpan - 1; j >= 0; --j) {
-        const uint32_t a = tX.at(t0 + j, ch, stage);
-        sts16(a, pack1<T>(unpack1<T>(lds16(a)) * expFtz(run)));
-        run += g[j * DK];
+#pragma unroll 1
+      for (int j0 = kSpan - kBatch; j0 >= 0; j0 -= kBatch) {
+        CUTE_UNROLL
+        for (int j = 0; j < kBatch; ++j) {
+          xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
+          gs[j] = g[(j0 + j) * DK];
+        }
+        CUTE_UNROLL
+        for (int j = kBatch - 1; j >= 0; --j) {
+          sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * expFtz(run)));
+          run += gs[j];
+        }
       }
       if (part == 0) sm.eB[ch] = expFtz(run);
     } else {
       float run = before;  // b_t
-#pragma unroll 8
-      for (int j = 0; j < kSpan; ++j) {
-        const float gj = g[j * DK], bq = excl ? run : run + gj;
-        run += gj;
-        const uint32_t a = tX.at(t0 + j, ch, stage);
-        sts16(a, pack1<T>(unpack1<T>(lds16(a)) * (scale * expFtz(bq))));
+#pragma unroll 1
+      for (int j0 = 0; j0 < kSpan; j0 += kBatch) {
+        CUTE_UNROLL
+        for (int j = 0; j < kBatch; ++j) {
+          xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
+          gs[j] = g[(j0 + j) * DK];
+        }
+        CUTE_UNROLL
+        for (int j = 0; j < kBatch; ++j) {
+          const float bq = excl ? run : run + gs[j];
+          run += gs[j];
+          sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * (scale * expFtz(bq))));
+        }
       }
       if (part == kParts - 1) sm.eB[ch] = expFtz(run);
     }
