@@ -18,7 +18,7 @@
 //        + sum_{i >= 1} [s < 16 i] e^{R_{i-1} - b_s} . (D[blk i, :]^T Qs[blk i])
 //        + sum_{t >= s (> s), t in blk(s)} D[t][s] q_t e^{bq_t - b_s}             (decay chains)
 //   dv = (K e^{B - b}) dS + A^T dO,   A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] (s < 16 i),
-//        diagonal blocks by decay chains, zero where t < s                         warpgroup 2
+//        diagonal blocks by decay chains (all three warpgroups), zero where t < s  warpgroup 2
 // with Ks[blk j] = k e^{R_j - b}, Qs[blk i] = q e^{bq - R_{i-1}} and Kr_i[s] = k_s e^{R_{i-1} - b_s}
 // for s < 16 i (zero below): every exponent is <= 0, strong gates underflow to 0, never overflow.
 // Inside the 16 x 16 diagonal blocks e^{bq_t - b_s} is a product of per-token factors e^{g_u}
@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   };
 
   // Each warpgroup runs its own phases between CTA barriers (its accumulators live only in its
-  // branch): 1. D and dq_inter (0), dk_inter (1), A^T (2); 2. dq and dk off-diagonal blocks, then
+  // branch): 1. A^T's diagonal blocks (each a third), then D and dq_inter (0), dk_inter (1), A^T's
+  // other blocks (2); 2. dq and dk off-diagonal blocks, then
   // their diagonal blocks (0, 1), dv (2); 3. d_g's per-(t, c) terms into the freed operand tiles,
   // the bonus, dq and dk stored (0, 1), the d_u partials (2).
   typename G::MmaXS mmaXS;
@@ -367,6 +368,71 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
   float* stP = sm.late.st.p;
   float* stK = sm.late.st.kin;
   const float* u = sm.u;
+  // A^T's diagonal blocks, shared by the three warpgroups at the start of phase 1 (alone they
+  // kept warpgroup 2 busy while 0 and 1 waited at the barrier): warp w of a warpgroup takes block
+  // w, and warpgroup g its source tokens s = g, g + 3, ...; a lane DK / 32 channels. Per source
+  // token a decay chain runs up the block: w = k_s e^{bq_t - b_s} steps from t to t + 1 by one
+  // multiply with the lane's e^{g} (registers), no exponential per term; the sum over channels by
+  // reduceScatter16 (diagonal_prepare.cuh). Exclusive: A[t][t] = q_t . (u k_t).
+  auto diagonalBlocksOfAt = [&] {
+    constexpr int CPL = DK / 32, kGroups = kDiagGradThreads / kWarpgroupThreads;
+    const int warp = wtid / 32, lane = wtid % 32, c0 = lane * CPL, s0 = warp * NB;
+    float ga[NB][CPL];  // e^{g_{s0 + ui}} of channels c0 ..
+    {
+      const float* g = p.g + tok0 * rowK + int64_t(h) * DK + c0;
+      CUTE_UNROLL
+      for (int ui = 0; ui < NB; ++ui)
+        CUTE_UNROLL
+        for (int j = 0; j < CPL; ++j) ga[ui][j] = s0 + ui < rows ? expFtz(g[(s0 + ui) * rowK + j]) : 1.f;
+    }
+    auto diagonalBlock = [&](auto exclusive) {  // the readout as a constant: no select a term
+      constexpr bool kExcl = decltype(exclusive)::value;
+#pragma unroll 1
+      for (int si = wg; si < NB; si += kGroups) {
+        const int s = s0 + si;
+        float w[CPL];
+        CUTE_UNROLL
+        for (int j = 0; j < CPL; j += 2) {
+          const float2 x = unpack2<T>(lds32(tK.at(s, c0 + j)));
+          w[j] = x.x; w[j + 1] = x.y;
+        }
+        float part[NB];
+        CUTE_UNROLL
+        for (int ti = 0; ti < NB; ++ti) {
+          part[ti] = 0.f;
+          if (ti < si) continue;  // warp-uniform
+          const int t = s0 + ti;
+          float x = 0.f;
+          if (kExcl && ti == si) {  // the bonus; A[s + 1][s] has no decay either
+            CUTE_UNROLL
+            for (int j = 0; j < CPL; j += 2) {
+              const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
+              x += qq.x * sm.u[c0 + j] * w[j] + qq.y * sm.u[c0 + j + 1] * w[j + 1];
+            }
+            part[ti] = x;
+            continue;
+          }
+          CUTE_UNROLL
+          for (int j = 0; j < CPL; j += 2) {
+            const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
+            x = fmaf(qq.y, w[j + 1], fmaf(qq.x, w[j], x));
+          }
+          part[ti] = x;
+          if (ti + 1 < NB)  // to t + 1: times e^{g_{t+1}} (exclusive e^{g_t})
+            CUTE_UNROLL
+            for (int j = 0; j < CPL; ++j) w[j] *= ga[kExcl ? ti : ti + 1][j];
+        }
+        const float sum = reduceScatter16(part, lane);
+        const int ti = lane >> 1;
+        if ((lane & 1) == 0 && ti >= si) sts16(tAt.at(s, s0 + ti), pack1<T>(scale * sum));
+      }
+    };
+    if (excl)
+      diagonalBlock(std::true_type{});
+    else
+      diagonalBlock(std::false_type{});
+  };
+  diagonalBlocksOfAt();
   if (wg == 0) {
     Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<DK>>{});  // dq
     {
@@ -555,67 +621,7 @@ __global__ void __launch_bounds__(kDiagGradThreads, 1) diagGradKernel(const Diag
     typename G::MmaKdS mmaKdS;
     const auto cV = accCoords<C, DV>(mmaKdS);
     {
-      // A^T's diagonal blocks: warp w takes block w, a lane DK / 32 channels. Per source token s
-      // a decay chain runs up the block: w = k_s e^{bq_t - b_s} steps from t to t + 1 by one
-      // multiply with the lane's e^{g} (registers), no exponential per term; the sum over
-      // channels by reduceScatter16 (diagonal_prepare.cuh). Exclusive: A[t][t] = q_t . (u k_t).
-      constexpr int CPL = DK / 32;
-      const int warp = wtid / 32, lane = wtid % 32, c0 = lane * CPL, s0 = warp * NB;
-      float ga[NB][CPL];  // e^{g_{s0 + ui}} of channels c0 ..
-      {
-        const float* g = p.g + tok0 * rowK + int64_t(h) * DK + c0;
-        CUTE_UNROLL
-        for (int ui = 0; ui < NB; ++ui)
-          CUTE_UNROLL
-          for (int j = 0; j < CPL; ++j) ga[ui][j] = s0 + ui < rows ? expFtz(g[(s0 + ui) * rowK + j]) : 1.f;
-      }
-      auto diagonalBlock = [&](auto exclusive) {  // the readout as a constant: no select a term
-        constexpr bool kExcl = decltype(exclusive)::value;
-#pragma unroll 1
-        for (int si = 0; si < NB; ++si) {
-          const int s = s0 + si;
-          float w[CPL];
-          CUTE_UNROLL
-          for (int j = 0; j < CPL; j += 2) {
-            const float2 x = unpack2<T>(lds32(tK.at(s, c0 + j)));
-            w[j] = x.x; w[j + 1] = x.y;
-          }
-          float part[NB];
-          CUTE_UNROLL
-          for (int ti = 0; ti < NB; ++ti) {
-            part[ti] = 0.f;
-            if (ti < si) continue;  // warp-uniform
-            const int t = s0 + ti;
-            float x = 0.f;
-            if (kExcl && ti == si) {  // the bonus; A[s + 1][s] has no decay either
-              CUTE_UNROLL
-              for (int j = 0; j < CPL; j += 2) {
-                const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
-                x += qq.x * sm.u[c0 + j] * w[j] + qq.y * sm.u[c0 + j + 1] * w[j + 1];
-              }
-              part[ti] = x;
-              continue;
-            }
-            CUTE_UNROLL
-            for (int j = 0; j < CPL; j += 2) {
-              const float2 qq = unpack2<T>(lds32(tQ.at(t, c0 + j)));
-              x = fmaf(qq.y, w[j + 1], fmaf(qq.x, w[j], x));
-            }
-            part[ti] = x;
-            if (ti + 1 < NB)  // to t + 1: times e^{g_{t+1}} (exclusive e^{g_t})
-              CUTE_UNROLL
-              for (int j = 0; j < CPL; ++j) w[j] *= ga[kExcl ? ti : ti + 1][j];
-          }
-          const float sum = reduceScatter16(part, lane);
-          const int ti = lane >> 1;
-          if ((lane & 1) == 0 && ti >= si) sts16(tAt.at(s, s0 + ti), pack1<T>(scale * sum));
-        }
-      };
-      if (excl)
-        diagonalBlock(std::true_type{});
-      else
-        diagonalBlock(std::false_type{});
-      // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i
+        // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i
       typename G::MmaQK mma;
       auto thr = mma.get_thread_slice(wtid);
       Tensor accA = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
