@@ -616,6 +616,17 @@ for v in sorted({r["variant"] for r in rows}):
 PY
 }
 
+# At most 8 files come back from a device call ($OUT): when there are more, every file but the
+# JSON lines and earlier bundles goes into one bundle-<mode>.tgz (tar -xzf it here).
+bundle_out() {
+  local files
+  files=$(find "$OUT" -maxdepth 1 -type f ! -name '*.jsonl' ! -name 'bundle-*.tgz' -printf '%f\n')
+  [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] || return 0
+  tar -C "$OUT" -czf "$OUT/bundle-$MODE.tgz" $files && (cd "$OUT" && rm -f $files)
+  echo "bundled $(echo "$files" | wc -l) files into $OUT/bundle-$MODE.tgz"
+}
+trap bundle_out EXIT
+
 case "$MODE" in
   prepare) prepare ;;
   profile) profiled ;;
