@@ -616,11 +616,13 @@ for v in sorted({r["variant"] for r in rows}):
 PY
 }
 
-# At most 8 files come back from a device call ($OUT): when there are more, every file but the
-# JSON lines and earlier bundles goes into one bundle-<mode>.tgz (tar -xzf it here).
+# At most 8 files come back from a device call ($OUT), 16 MiB each: when there are more, the logs
+# and reports go into one bundle-<mode>.tgz (tar -xzf it here); the JSON lines and what is already
+# compressed (prepare's triton-cache.tgz, KEEP_LAB's linac_cuda_lab.gz, earlier bundles) stay apart.
 bundle_out() {
   local files
-  files=$(find "$OUT" -maxdepth 1 -type f ! -name '*.jsonl' ! -name 'bundle-*.tgz' -printf '%f\n')
+  files=$(find "$OUT" -maxdepth 1 -type f ! -name '*.jsonl' ! -name '*.tgz' ! -name '*.gz' ! -name '*.xz' -printf '%f\n')
+  [ -n "$files" ] || return 0
   [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] || return 0
   tar -C "$OUT" -czf "$OUT/bundle-$MODE.tgz" $files && (cd "$OUT" && rm -f $files)
   echo "bundled $(echo "$files" | wc -l) files into $OUT/bundle-$MODE.tgz"
