@@ -26,7 +26,11 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),
                     "bwd no-dg": ("bwd_nodg_ms", "linac-default"),
                     "fused": ("bwd_ms", "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)"),
+                    "alt": ("bwd_ms", None),  # ALT_BACKENDS, by the row's update rule / decay
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
+# the backward table's 'alt' column (since 2026-12-06; 'fused' before): which path it timed
+ALT_BACKENDS = {"delta": "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)",
+                "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)"}
 NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
 WIDE_ROWS = {"GDN": ("delta-scalar", dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)),
@@ -46,10 +50,11 @@ def rows(lines, commit, gpu, env=""):
             continue
         if line.startswith("kind") and "bwd ms" in line:
             # its column names hold single spaces: fixed order (lab.cu's benchBackward; 'fused'
-            # since 2026-12-05)
+            # since 2026-12-05, 'alt' since 2026-12-06)
             header = ["bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio"]
-            if " fused " in line:
-                header.insert(2, "fused")
+            for third in ("fused", "alt"):
+                if f" {third} " in line:
+                    header.insert(2, third)
             backward = True
             continue
         if header is None or not line.strip() or line.startswith("("):
@@ -69,6 +74,8 @@ def rows(lines, commit, gpu, env=""):
             for column, value in zip(header, parts):
                 if column in BACKWARD_COLUMNS and value != "-":
                     field, backend = BACKWARD_COLUMNS[column]
+                    if backend is None:
+                        backend = ALT_BACKENDS["delta" if kind.startswith("delta") else "diag"]
                     yield dict(base, backend=label(backend), **{field: float(value)})
         else:
             dims = parts[0].split(",")

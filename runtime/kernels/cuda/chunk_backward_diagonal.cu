@@ -185,6 +185,7 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     hp.chunks_per_seq = p.chunks_per_seq;
     hp.num_seqs = p.num_seqs;
     hp.heads = p.heads;
+    hp.key_dim = int(s.key_dim);
     hp.value_dim = p.value_dim;
     hp.scale = p.scale;
     hp.exclusive = p.exclusive;

@@ -2,9 +2,10 @@
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
-// mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's gradient stage, called
-// by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends it back to the mma.sync passes,
-// =single / =halves force Ks and Qs in one or two 16-bit halves).
+// mma.sync kernels), and diag_grad_<dtype>.cu / diag_key_grad_<dtype>.cu (the diagonal decay's
+// gradient stage, whole or by key block, called by chunk_backward_diagonal.cu;
+// LINAC_HOPPER_DIAG_BWD=0 sends it back to the mma.sync passes, =single / =halves force Ks and Qs
+// in one or two 16-bit halves; LINAC_HOPPER_DIAG_SPLIT picks whole or by key block).
 #include "hopper_backward.h"
 
 #include "../autotune.h"
@@ -31,6 +32,8 @@ template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
 template <class T, int DK, int DV>
 void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
+template <class T, int DK, int DV>
+void runDiagGradByKeyBlocks(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream);
@@ -226,7 +229,39 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
     q.dg_part = take(p.dg != nullptr);
     q.part_plane = plane;
   }
-  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
+  auto whole = [&] {
+    withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
+  };
+  // By key block (diag_key_grad.cuh): two stages, whose CTAs are small enough for two a SM, in
+  // place of one CTA of three warpgroups per chunk slot and head; dv's operands pass through two
+  // workspaces. Off unless LINAC_HOPPER_DIAG_SPLIT=1 (or =auto: timed against the one stage per
+  // shape class, autotune.h) until a GPU run has checked and timed it.
+  const Switch split = envChoice("LINAC_HOPPER_DIAG_SPLIT", Switch::Off);
+  if (split == Switch::Off) {
+    whole();
+    return;
+  }
+  const int64_t atPlane = slots * s.heads * kChunk * kChunk;  // [slots, H, C, C] per key block
+  const size_t atBytes = p.dv ? size_t(s.key_dim / kDiagKeyBlock) * atPlane * sizeof(float) : 0;
+  const size_t kexpBytes = p.dv ? size_t(plane) * 2 : 0;  // [B, T, H, dk], 16-bit
+  const Workspace values(atBytes + kexpBytes, stream);
+  DiagGradParams kq = q;
+  if (p.dv) {
+    kq.at_part = reinterpret_cast<float*>(values.data());
+    kq.at_plane = atPlane;
+    kq.kexp = static_cast<uint8_t*>(values.data()) + atBytes;
+  }
+  auto byKeyBlocks = [&] {
+    withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGradByKeyBlocks<T, DK, DV>(kq, slots, blocks, stream); });
+  };
+  if (split == Switch::On) {
+    byKeyBlocks();
+    return;
+  }
+  const std::vector<TuneCandidate> candidates{{"whole", whole}, {"key-blocks", byKeyBlocks}};
+  const size_t pick = chooseCandidate("diagonal_backward.grad",
+                                      recurrenceShapeClass(kind, dtype, s, p.num_seqs), candidates, 0, stream);
+  candidates[pick].launch();
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,

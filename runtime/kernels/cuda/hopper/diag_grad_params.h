@@ -9,6 +9,8 @@
 
 namespace linac::kernels::cuda::hopper {
 
+constexpr int kDiagKeyBlock = 64;  // key channels of a CTA of the key stage (diag_key_grad.cuh)
+
 struct DiagGradParams {
   const void* q;          // [B, T, H, dk]
   const void* k;          // [B, T, H, dk]
@@ -33,11 +35,18 @@ struct DiagGradParams {
   float* dk_part;
   float* dg_part;
   int64_t part_plane;
+  // The stages by key block (diag_key_grad.cuh, diag_value_grad.cuh): each key block's share of
+  // A^T, fp32, a plane of at_plane elements ([slots, H, C, C]) per block, and K e^{B - b} (input
+  // dtype), both written by the key stage for the value stage's dv; null where dv is not wanted.
+  float* at_part;
+  int64_t at_plane;
+  void* kexp;             // [B, T, H, dk]
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;        // T
   int64_t chunks_per_seq; // ceil(T / C) (padded batches)
   int num_seqs;           // N
   int heads;              // H
+  int key_dim;            // dk
   int value_dim;          // dv
   float scale;
   int exclusive;          // Readout == ExclusiveBonus
