@@ -911,12 +911,13 @@ void benchBackward() {
   // value blocks, or the mma.sync passes with --no-hopper-diag-wide)
   const Row gla340m{"GLA 340m heads", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true};
   if (benchRow(gla340m.name)) timeRow(gla340m, 4, 4096, 4, 128, 256);
-  // The delta rules at issue 11's long shape with few heads, B2 T16384 H4 D128: 8 sequences x
-  // heads, where the fused reverse pass has 8 CTAs and the staged pair 32 per state pass
-  const Row deltaLong[] = {
+  // Issue 11's long shape with few heads, B2 T16384 H4 D128: 8 sequences x heads, where the delta
+  // rule's fused reverse pass has 8 CTAs and the staged pair 32 per state pass
+  const Row longRows[] = {
       {"DeltaNet delta-none T16384", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.0, false},
-      {"GDN      delta-scalar T16384", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true}};
-  for (const auto& r : deltaLong)
+      {"GDN      delta-scalar T16384", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true},
+      {"GLA      additive-diag T16384", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true}};
+  for (const auto& r : longRows)
     if (benchRow(r.name)) timeRow(r, 2, 16384, 4, 128, 128);
 }
 }  // namespace
