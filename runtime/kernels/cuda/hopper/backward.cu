@@ -234,9 +234,11 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   };
   // By key block (diag_key_grad.cuh): two stages, whose CTAs are small enough for two a SM, in
   // place of one CTA of three warpgroups per chunk slot and head; dv's operands pass through two
-  // workspaces. Off unless LINAC_HOPPER_DIAG_SPLIT=1 (or =auto: timed against the one stage per
-  // shape class, autotune.h) until a GPU run has checked and timed it.
-  const Switch split = envChoice("LINAC_HOPPER_DIAG_SPLIT", Switch::Off);
+  // workspaces. On an H100 (session 27) it took GLA's backward from 3.07 to 2.01 ms at B8 T4096
+  // H8 D128 and RWKV-6's from 3.69 to 3.02, at the long and the 340m shapes too; timed against
+  // the whole stage per shape class (autotune.h), by key block where timing is off.
+  // LINAC_HOPPER_DIAG_SPLIT=1 / 0 pins either.
+  const Switch split = envChoice("LINAC_HOPPER_DIAG_SPLIT", Switch::Auto);
   if (split == Switch::Off) {
     whole();
     return;
@@ -260,7 +262,7 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   }
   const std::vector<TuneCandidate> candidates{{"whole", whole}, {"key-blocks", byKeyBlocks}};
   const size_t pick = chooseCandidate("diagonal_backward.grad",
-                                      recurrenceShapeClass(kind, dtype, s, p.num_seqs), candidates, 0, stream);
+                                      recurrenceShapeClass(kind, dtype, s, p.num_seqs), candidates, 1, stream);
   candidates[pick].launch();
 }
 

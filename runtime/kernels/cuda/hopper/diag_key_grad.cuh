@@ -35,8 +35,8 @@ struct DiagKeyGradTiles {
   struct Operands {  // the intra-chunk products
     alignas(1024) T ks[cosize_v<typename G::Qk>];  // Ks [s, c]
     alignas(1024) T qs[cosize_v<typename G::Qk>];  // Qs [t, c]
-    alignas(1024) T x[cosize_v<typename G::Qk>];   // Kr_1 .. Kr_3 [s, c]
-    float decay[C * KB];                           // e^{g} [t, c], unswizzled
+    alignas(1024) T x[2][cosize_v<typename G::Qk>];  // Kr_i [s, c]: Kr_1, Kr_2 (warpgroup 1), Kr_3 (0)
+    float decay[C * KB];                              // e^{g} [t, c], unswizzled
   };
   struct Staging {  // d_g's per-(t, c) terms, fp32, b's layout
     float p[C * KB];    // q dq'
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   const auto tKst = smemTile(sm.ph.late.tiles.op.ks, typename G::QkT{});
   const auto tQs = smemTile(sm.ph.late.tiles.op.qs, typename G::Qk{});
   const auto tQst = smemTile(sm.ph.late.tiles.op.qs, typename G::QkT{});
-  const auto tX = smemTile(sm.ph.late.tiles.op.x, typename G::Qk{});
+  const auto tX = smemTile(sm.ph.late.tiles.op.x[wg], typename G::Qk{});  // this warpgroup's Kr_i
   float* const decay = sm.ph.late.tiles.op.decay;
   float* const at = sm.ph.late.at;
   float* const stP = sm.ph.late.tiles.st.p;
@@ -356,8 +356,48 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   constexpr int kAccRegs = decltype(size(cX))::value, kChainRegs = kAccRegs / chainParts<kAccRegs>();
   const int accRow = int(get<0>(cX(0))), blk0 = accRow & ~(NB - 1);
 
-  // ---- phase 2: the intra-chunk terms of dq (warpgroup 0), A^T's other blocks and dk's (1) ----
+  // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i, blocks i of [iFirst, iLast], from
+  // Qs's high halves: warpgroup 0 takes block 3 (48 rows of Kr_i), warpgroup 1 blocks 1 and 2 (16 +
+  // 32), each in its own Kr tile, so that the two warpgroups' products end together.
+  auto offDiagonalBlocksOfAt = [&](int iFirst, int iLast) {
+    typename G::MmaQK mma;
+    auto thr = mma.get_thread_slice(wtid);
+    Tensor accA = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
+    const auto cA = accCoords<C, C>(mma);
+#pragma unroll 1
+    for (int i = iFirst; i <= iLast; ++i) {
+      warpgroupBarrier(wg);  // the previous product has read x
+      forEachTilePair<C, KB, kWarpgroupThreads>(
+          wtid,
+          [&](int s, int c) {
+            uint32_t w = 0;
+            if (s < NB * i) {
+              const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
+              w = pack2<T>(kk.x * f.x, kk.y * f.y);
+            }
+            return w;
+          },
+          [&](int s, int c, uint32_t w) { sts32(tX.at(s, c), w); });
+      fenceToAsyncProxy();
+      warpgroupBarrier(wg);
+      issue(accA);
+      gemm<true>(mma, thr.partition_fragment_A(tX.tensor()(_, _, 0)), thr.partition_fragment_B(tQs.tensor()(_, _, 0)),
+                 accA);
+      commitAndWait(accA);
+      forEachPair<typename G::MmaQK>(cA, [&](int r, int s, int t) {
+        if (s < NB * i && t / NB == i)
+          *reinterpret_cast<float2*>(&at[s * kLdAt + t]) = make_float2(scale * accA(r), scale * accA(r + 1));
+      });
+    }
+  };
+
+  // ---- phase 2: the intra-chunk terms of dq (warpgroup 0) and dk (1), A^T's other blocks ----
   if (wg == 0) {
+    if (wantValues) {
+      offDiagonalBlocksOfAt(kDiagRefs, kDiagRefs);
+      // Qs's high halves read: warpgroup 1 may now write its low halves over them
+      if constexpr (kLowHalves) asm volatile("bar.arrive 3, %0;\n" ::"n"(2 * kWarpgroupThreads) : "memory");
+    }
     typename G::MmaDK mma;
     auto thr = mma.get_thread_slice(wtid);
     const auto fA = thr.partition_fragment_A(tD.tensor()(_, _, 0));
@@ -398,37 +438,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
       }
     }
   } else {
-    if (wantValues) {  // A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] for s < 16 i
-      typename G::MmaQK mma;
-      auto thr = mma.get_thread_slice(wtid);
-      Tensor accA = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
-      const auto cA = accCoords<C, C>(mma);
-#pragma unroll 1
-      for (int i = 1; i <= kDiagRefs; ++i) {
-        warpgroupBarrier(wg);  // the previous product has read x
-        forEachTilePair<C, KB, kWarpgroupThreads>(
-            wtid,
-            [&](int s, int c) {
-              uint32_t w = 0;
-              if (s < NB * i) {
-                const float2 kk = unpack2<T>(lds32(tK.at(s, c))), f = exp2f2(sub2(ref2(i - 1, c), b2(s, c)));
-                w = pack2<T>(kk.x * f.x, kk.y * f.y);
-              }
-              return w;
-            },
-            [&](int s, int c, uint32_t w) { sts32(tX.at(s, c), w); });
-        fenceToAsyncProxy();
-        warpgroupBarrier(wg);
-        issue(accA);
-        gemm<true>(mma, thr.partition_fragment_A(tX.tensor()(_, _, 0)), thr.partition_fragment_B(tQs.tensor()(_, _, 0)),
-                   accA);
-        commitAndWait(accA);
-        forEachPair<typename G::MmaQK>(cA, [&](int r, int s, int t) {
-          if (s < NB * i && t / NB == i)
-            *reinterpret_cast<float2*>(&at[s * kLdAt + t]) = make_float2(scale * accA(r), scale * accA(r + 1));
-        });
-      }
-    }
+    if (wantValues) offDiagonalBlocksOfAt(1, kDiagRefs - 1);
     typename G::MmaDtQ mma;
     auto thr = mma.get_thread_slice(wtid);
     const auto fA = thr.partition_fragment_A(tDt.tensor()(_, _, 0));
@@ -436,7 +446,11 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
     Tensor tmp = partition_fragment_C(mmaXS, Shape<Int<C>, Int<KB>>{});
 #pragma unroll 1
     for (int half = 0; half < (kLowHalves ? 2 : 1); ++half) {  // Qs's high halves, then its low halves
-      if (half == 1) lowHalves(tQs, qsPair);
+      if (half == 1) {
+        // warpgroup 0's A^T product has read Qs's high halves (barrier 3, 256 threads: its arrive, this sync)
+        if (wantValues) asm volatile("bar.sync 3, %0;\n" ::"n"(2 * kWarpgroupThreads) : "memory");
+        lowHalves(tQs, qsPair);
+      }
 #pragma unroll 1
       for (int i = 1; i <= kDiagRefs; ++i) {  // t in block i: rows s in earlier blocks
         issue(tmp);
