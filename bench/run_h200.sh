@@ -244,7 +244,9 @@ lab() {
     cp /tmp/linac-lab/ptxas.log /tmp/linac-lab/sass.log "$OUT/" 2>/dev/null
     built_here=1
   fi
+  local fla_warmed=0
   [ -n "$warm_pid" ] && wait "$warm_pid" && echo "fla warm-up done: $((SECONDS - start)) s"
+  [ -n "$warm_pid" ] && fla_warmed=1
   warm_pid=
   if [ "${CASES:-1}" = 1 ]; then
     LAB_PREBUILT=1 SANITIZE=${SANITIZE:-0} OUT=/tmp/linac-lab timeout 480 \
@@ -291,7 +293,7 @@ lab() {
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
-  [ -z "$warm_pid" ] && return 0
+  [ "$fla_warmed" = 1 ] || return 0
   : > "$OUT/fla_bench.jsonl"
   for c in $FLA_OPS; do
     TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" \
