@@ -28,7 +28,8 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "fused": ("bwd_ms", "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)"),
                     "alt": ("bwd_ms", None),  # ALT_BACKENDS, by the row's update rule / decay
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
-# the backward table's 'alt' column (since 2026-12-06; 'fused' before): which path it timed
+# the backward table's 'alt' column (since 2026-12-06; 'fused' before): which path it timed (the
+# diagonal decay's only in session 27's logs, before the key blocks became its one path)
 ALT_BACKENDS = {"delta": "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)",
                 "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)"}
 NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns

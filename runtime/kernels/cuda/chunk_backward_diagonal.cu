@@ -23,8 +23,8 @@
 //   3  diagDvKernel (chunk_backward_diagonal_dv.cu), per (chunk, head, value block of 64): dv.
 //   4  diagDuKernel (below) sums d_u.
 // Passes 1-3 run as Hopper stages instead (hopper/diag_state_scan.cuh: the state passes on wgmma;
-// hopper/diag_grad.cuh: passes 2 and 3 as one stage, the same sums with the 16-token factorisation
-// on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200, the inclusive readout by
+// hopper/diag_key_grad.cuh and diag_value_grad.cuh: passes 2 and 3 as one stage, the same sums
+// with the 16-token factorisation on the tensor cores) for bf16 / fp16 at dk, dv in {64, 128} on an H200, the inclusive readout by
 // default (hopper::diagonalGradSupported says when).
 //
 // d_g: dg_t = e^{g_t} <S_{t-1}, dS_t> per channel (the gradient through b), expanded over the chunk
@@ -109,8 +109,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
                 "diagonalChunkBackward: heads * key_dim / 64 must be <= 65535, got " +
                     std::to_string(int64_t(H) * nks));
 
-  // passes 1-3 on the Hopper stages (hopper/diag_state_scan.cuh, hopper/diag_grad.cuh) where they
-  // take the call; their state workspaces hold the input dtype
+  // passes 1-3 on the Hopper stages (hopper/diag_state_scan.cuh, hopper/diag_key_grad.cuh) where
+  // they take the call; their state workspaces hold the input dtype
   bool hopper = false;
 #ifdef LINAC_HAVE_HOPPER
   DType dtype = DType::F32;

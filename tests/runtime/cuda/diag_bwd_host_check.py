@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Numpy transcription of the Hopper gradient stage of the DIAGONAL decay (GLA, HGRN-2, RWKV-6),
-runtime/kernels/cuda/hopper/diag_grad.cuh, checked against a float64 token-by-token reverse sweep
+runtime/kernels/cuda/hopper/diag_key_grad.cuh and diag_value_grad.cuh, checked against a float64 token-by-token reverse sweep
 of the recurrence before any device run.
 
 The recurrence (recurrence.h, additive rule), per sequence and head, g_t in R^dk, g <= 0:
@@ -169,7 +169,7 @@ def state_scan(x, excl, rnd):
     return states, dstates, dS
 
 
-# ---- the chunk stage (diag_grad.cuh), one chunk ------------------------------------------------
+# ---- the chunk stage (diag_key_grad.cuh, diag_value_grad.cuh), one chunk -----------------------
 def chunk_grad(q, k, v, do, g, u, S, dS, scale, excl, rows, rnd, f32):
     """One chunk of `rows` valid tokens (inputs padded to C with zeros). rnd: the input dtype's
     rounding for values the kernel stores as 16-bit wgmma operands or outputs; f32: fp32's (both

@@ -10,8 +10,7 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-diag-split]
-//                       [--hopper-auto]
+//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -39,11 +38,7 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
-//   --hopper-diag-split  the diagonal decay's Hopper gradient stage by key block: a key stage and
-//                 a value stage (LINAC_HOPPER_DIAG_SPLIT=1); the backward timings show it beside
-//                 the default (column 'alt')
-//   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
-//                 diagonal gradient stage whole or by key block, timed
+//   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
 //                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
 //                 case running the winner: the default, named here to override the environment
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
@@ -849,8 +844,7 @@ void benchBackward() {
               " fwd+bwd: forward + default backward with dg where training learns the decay)\n");
   std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
               " wgmma backward where it applies)\n");
-  std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1;\n"
-              " the diagonal decay's gradient stage by key block, LINAC_HOPPER_DIAG_SPLIT=1)\n");
+  std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd",
               "fla f+b", "ratio");
   auto timeRow = [&](const Row& r, int B, int T, int H, int DK, int DV) {
@@ -879,12 +873,9 @@ void benchBackward() {
     };
     const double bms = withEnv("LINAC_HOPPER_BWD", "0", backward);
     const double hms = backward();
-    char alt[16] = "-";  // the delta rule's stages 3 and 4 as one pass (dk and dv <= 128), the
-                         // diagonal decay's gradient stage by key block
+    char alt[16] = "-";  // the delta rule's stages 3 and 4 as one pass (dk and dv <= 128)
     if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
       std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
-    if (r.kind.decay == DecayClass::Diagonal)
-      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_DIAG_SPLIT", "1", backward));
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
     const RecurrenceBackwardArgs& trained = r.decayLearned ? ba : nb;
@@ -939,10 +930,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-diag-split")) setenv("LINAC_HOPPER_DIAG_SPLIT", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
-      for (const char* name :
-           {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE", "LINAC_HOPPER_DIAG_SPLIT"})
+      for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE"})
         setenv(name, "auto", 1);
     }
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;

@@ -2,10 +2,9 @@
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
-// mma.sync kernels), and diag_grad_<dtype>.cu / diag_key_grad_<dtype>.cu (the diagonal decay's
-// gradient stage, whole or by key block, called by chunk_backward_diagonal.cu;
-// LINAC_HOPPER_DIAG_BWD=0 sends it back to the mma.sync passes, =single / =halves force Ks and Qs
-// in one or two 16-bit halves; LINAC_HOPPER_DIAG_SPLIT picks whole or by key block).
+// mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
+// stage, called by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends them back to the
+// mma.sync passes, =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
 
 #include "../autotune.h"
@@ -32,8 +31,6 @@ template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
 template <class T, int DK, int DV>
 void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
-template <class T, int DK, int DV>
-void runDiagGradByKeyBlocks(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream);
@@ -229,41 +226,18 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
     q.dg_part = take(p.dg != nullptr);
     q.part_plane = plane;
   }
-  auto whole = [&] {
-    withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
-  };
-  // By key block (diag_key_grad.cuh): two stages, whose CTAs are small enough for two a SM, in
-  // place of one CTA of three warpgroups per chunk slot and head; dv's operands pass through two
-  // workspaces. On an H100 (session 27) it took GLA's backward from 3.07 to 2.01 ms at B8 T4096
-  // H8 D128 and RWKV-6's from 3.69 to 3.02, at the long and the 340m shapes too; timed against
-  // the whole stage per shape class (autotune.h), by key block where timing is off.
-  // LINAC_HOPPER_DIAG_SPLIT=1 / 0 pins either.
-  const Switch split = envChoice("LINAC_HOPPER_DIAG_SPLIT", Switch::Auto);
-  if (split == Switch::Off) {
-    whole();
-    return;
-  }
+  // dv's operands, from the key stage to the value stage (diag_key_grad.cuh): each key block's
+  // share of A^T and K e^{B - b}
   const int64_t atPlane = slots * s.heads * kChunk * kChunk;  // [slots, H, C, C] per key block
   const size_t atBytes = p.dv ? size_t(s.key_dim / kDiagKeyBlock) * atPlane * sizeof(float) : 0;
   const size_t kexpBytes = p.dv ? size_t(plane) * 2 : 0;  // [B, T, H, dk], 16-bit
   const Workspace values(atBytes + kexpBytes, stream);
-  DiagGradParams kq = q;
   if (p.dv) {
-    kq.at_part = reinterpret_cast<float*>(values.data());
-    kq.at_plane = atPlane;
-    kq.kexp = static_cast<uint8_t*>(values.data()) + atBytes;
+    q.at_part = reinterpret_cast<float*>(values.data());
+    q.at_plane = atPlane;
+    q.kexp = values.data() + atBytes;
   }
-  auto byKeyBlocks = [&] {
-    withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGradByKeyBlocks<T, DK, DV>(kq, slots, blocks, stream); });
-  };
-  if (split == Switch::On) {
-    byKeyBlocks();
-    return;
-  }
-  const std::vector<TuneCandidate> candidates{{"whole", whole}, {"key-blocks", byKeyBlocks}};
-  const size_t pick = chooseCandidate("diagonal_backward.grad",
-                                      recurrenceShapeClass(kind, dtype, s, p.num_seqs), candidates, 1, stream);
-  candidates[pick].launch();
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,

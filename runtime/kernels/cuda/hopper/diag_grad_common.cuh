@@ -1,6 +1,6 @@
-// Shared pieces of the diagonal decay's Hopper gradient stages: diag_grad.cuh (one CTA of three
-// warpgroups per chunk slot and head) and diag_key_grad.cuh / diag_value_grad.cuh (the same
-// gradients as a stage per key block and a stage for dv). Their maths is in diag_grad.cuh's header.
+// Pieces of the diagonal decay's Hopper gradient stage (diag_key_grad.cuh, whose header states
+// the maths, and diag_value_grad.cuh): b's swizzled layout, the low 16-bit halves, the batched
+// tile fills, the barriers, the decay chains' step, the value blocks' sums.
 #pragma once
 
 #include "../chunk_slots.cuh"

@@ -1,8 +1,8 @@
 // Arguments of the Hopper backward of the diagonal decay: its state passes (diag_state_scan.cuh)
-// and its gradient stage (diag_grad.cuh). Tensors are contiguous [B, T, H, D] as in the forward
-// (forward_params.h); the two state workspaces, in the input dtype with one row per chunk slot
-// (chunk_slots.cuh), are written by the state passes and read by the gradient stage (which takes
-// them as wgmma operands in that dtype anyway).
+// and its gradient stage (diag_key_grad.cuh, diag_value_grad.cuh). Tensors are contiguous
+// [B, T, H, D] as in the forward (forward_params.h); the two state workspaces, in the input dtype
+// with one row per chunk slot (chunk_slots.cuh), are written by the state passes and read by the
+// gradient stage (which takes them as wgmma operands in that dtype anyway).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ struct DiagGradParams {
   void* dv;               // [B, T, H, dv] or null
   float* dg;              // [B, T, H, dk] or null
   float* du_part;         // [slots, H, dk] d_u partials (exclusive, d_u wanted) or null
-  // Value blocks (dv above the stage's tile, diag_grad.cuh): each block's dq, dk and dg, fp32, a
+  // Value blocks (dv above the stage's tile, diag_key_grad.cuh): each block's dq, dk and dg, fp32, a
   // plane of part_plane elements ([B, T, H, dk]) per block, summed into dq, dk, dg afterwards;
   // null (one block): written directly.
   float* dq_part;
@@ -50,7 +50,7 @@ struct DiagGradParams {
   int value_dim;          // dv
   float scale;
   int exclusive;          // Readout == ExclusiveBonus
-  int low_halves;         // Ks and Qs also as low 16-bit halves (diag_grad.cuh; backward.cu says when)
+  int low_halves;         // Ks and Qs also as low 16-bit halves (diag_key_grad.cuh; backward.cu says when)
 };
 
 }  // namespace linac::kernels::cuda::hopper

@@ -1,18 +1,68 @@
-// Hopper backward of the diagonal decay, by key block: the gradient stage of diag_grad.cuh (same
-// maths, same roundings; its header states them) split so that a CTA is small enough for two of
-// them a SM. Every term of dq, dk and d_g belongs to one key channel, and dv's terms are sums
-// over the key channels, so:
+// Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
+// HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}
+// (and dv in value blocks of 128, below): the wgmma replacement of chunk_backward_diagonal.cu's
+// passes 2 and 3 (chunk_backward_diagonal_dqdk.cu, chunk_backward_diagonal_dv.cu), reading the
+// state passes' workspaces S_c and dS_{c+1} in the input dtype (diag_state_scan.cuh; that file's
+// header and chunk_backward_diagonal.cu's state the maths; numpy transcription with these
+// kernels' roundings: tests/runtime/cuda/diag_bwd_host_check.py).
+//
+// With b[t][c] the in-chunk cumulative log-decay (double cumsum, kept fp32), bq_t = b_t
+// (inclusive) or b_{t-1} (exclusive, b_{-1} = 0), B = b_{C-1} and the block references
+// R_m = b_{16 m + 15} (m = 0, 1, 2):
+//   D  = scale dO V^T (unmasked)
+//   dq = scale e^{bq} . (dO S_c^T)
+//        + sum_{j < 3} [t >= 16 (j + 1)] e^{bq_t - R_j} . (D[:, blk j] Ks[blk j])
+//        + sum_{s <= t (< t), s in blk(t)} D[t][s] k_s e^{bq_t - b_s}             (decay chains)
+//   dk = e^{B - b} . (V dS^T)
+//        + sum_{i >= 1} [s < 16 i] e^{R_{i-1} - b_s} . (D[blk i, :]^T Qs[blk i])
+//        + sum_{t >= s (> s), t in blk(s)} D[t][s] q_t e^{bq_t - b_s}             (decay chains)
+//   dv = (K e^{B - b}) dS + A^T dO,   A^T[s][t in blk i] = scale (Kr_i Qs^T)[s][t] (s < 16 i),
+//        diagonal blocks by decay chains, zero where t < s
+// with Ks[blk j] = k e^{R_j - b}, Qs[blk i] = q e^{bq - R_{i-1}} and Kr_i[s] = k_s e^{R_{i-1} - b_s}
+// for s < 16 i (zero below): every exponent is <= 0, strong gates underflow to 0, never overflow.
+// Inside the 16 x 16 diagonal blocks e^{bq_t - b_s} is a product of per-token factors e^{g_u}
+// (s < u <= t, or < t exclusive), carried along s or t by one multiply a step (a decay chain, as
+// diagonal_prepare.cuh's), from e^{g} computed once per (t, c) instead of an exponential a term.
+// The 16-token factorisation is diagonal_prepare.cuh's; a block product is one k block (16) of a
+// 64-row wgmma, so each reference costs one instruction group of K = 16, not a 16-row tile.
+// Exclusive bonus: dq_t += D[t][t] u k_t, dk_t += D[t][t] u q_t, A[t][t] = q_t . (u k_t), and the
+// d_u partial sum_t D[t][t] q_t k_t per (slot, head) (chunk_backward_diagonal.cu's pass 4 sums).
+// d_g per channel, chunk-local (nothing large cancels), with dq' = dq without the bonus:
+//   dg_t = e^B <S_c, dS_{c+1}> + sum_{t' >= t} (q dq' - k dk_intra)_t' + sum_{s < t} (k dk_inter)_s
+//          [- q_t dq'_t exclusive]
+// k dk_inter is parked in dg's own output rows (written, then read back by the same CTA), the
+// other two in shared memory the tiles free at the end. Every output element belongs to one CTA
+// (dg's rows serve it as scratch before their final value): deterministic, no atomics.
+// Roundings: S_c, dS_{c+1} (stored so by the state passes; <S_c, dS_{c+1}> is summed from them),
+// D, K e^{B - b}, Kr_i and A^T are 16-bit wgmma operands; sums and the diagonal blocks' chains are
+// fp32. Ks and Qs enter as a 16-bit pair with kLowHalves (p.low_halves: where the compiler marks
+// the decay's gradient precise, RecurrenceKind::preciseDecayGrad; high halves alone otherwise),
+// high half then low half (x - round(x), over the same tiles once the high products are done): a
+// pair (t, s) of one chunk reaches d_g twice, through Ks in q dq' and through Qs in k dk_intra,
+// and cancels there unless both are near exact. Rounded to 16 bits once, the residue of the large
+// intra-chunk terms swamped the small d_g of strongly decaying channels: RWKV-6's d_w = d_g . g
+// (decay -exp(w)) missed the bf16 gate (1.1e-2 on the H200; diag_bwd_host_check.py: 3.6e-2 with
+// one half, 1.6e-3 with both, at w ~ N(0, 1.5^2)).
+//
+// Every term of dq, dk and d_g belongs to one key channel, and dv's terms are sums over the key
+// channels, so the stage runs in two kernels small enough for two CTAs a SM (one CTA of three
+// warpgroups per (chunk, head), which computed all of it at one CTA a SM, ran 1.6x slower for GLA):
 //   the key stage (this file), one CTA of two warpgroups per (chunk slot, head, block of
-//   kDiagKeyBlock key channels[, value block]): D = scale dO V^T (the block recomputes it; K = dv),
-//   dq and dk of its channels (warpgroups 0 and 1: the inter-chunk products, the off-diagonal
-//   16-token blocks on wgmma, the diagonal blocks by decay chains), d_g of its channels, and for
-//   dv its channels' share of A^T (fp32, diagonal blocks by both warpgroups, the others on
-//   warpgroup 1) and K e^{B - b};
+//   kDiagKeyBlock key channels[, value block]): D (each block recomputes it; K = dv), dq and dk of
+//   its channels (warpgroups 0 and 1: the inter-chunk products, the off-diagonal 16-token blocks
+//   on wgmma, the diagonal blocks by decay chains), d_g of its channels, and for dv its channels'
+//   share of A^T (fp32: the diagonal blocks by both warpgroups, off-diagonal block 3 on warpgroup
+//   0, blocks 1 and 2 on warpgroup 1, so that both end together) and K e^{B - b};
 //   the value stage (diag_value_grad.cuh), one warpgroup per (chunk slot, head, value block):
-//   dv = (K e^{B - b}) dS + (sum of the blocks' A^T) dO.
-// Shared memory by phase (kDiagKeyBlock 64, dv tile 128: 106 KB): q, k, D and b throughout; v, dO,
-// S_c and dS_{c+1} (the block's rows) for the inter-chunk products and D; then Ks, Qs, Kr_i,
-// e^{g} and A^T for the intra-chunk products; then d_g's staging over the operands.
+//   dv = (K e^{B - b}) dS_{c+1} + (the sum of the blocks' A^T) dO.
+// Shared memory by phase (dv tile 128: 107 KB): q, k, D and b throughout; v, dO, S_c and dS_{c+1}
+// (the block's rows) for D and the inter-chunk products; then Ks, Qs, two Kr_i tiles and e^{g}
+// for the intra-chunk products; then d_g's staging over them; A^T's share beside.
+// Value blocks (dv above the tile DV, the inclusive readout): every term of dq, dk and dg above is
+// a sum over the value columns (D, dO S^T, V dS^T, <S_c, dS_{c+1}>), so a CTA per (chunk slot,
+// head, key block, block of DV columns) computes its block's share, as if the block were the whole
+// value dim, into fp32 planes (dg's scratch rows included), and diagSumValueBlocksKernel adds them;
+// A^T and K e^{B - b} do not depend on the value block (the first block's CTAs write them).
 #pragma once
 
 #include "diag_grad_common.cuh"
@@ -282,7 +332,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
 
   // A^T's diagonal blocks (the block's channels), both warpgroups: warp w of a warpgroup takes
   // block w, warpgroup g the source tokens s = g, g + 2, ...; a lane KB / 32 channels. Per source
-  // token a decay chain runs up the block (diag_grad.cuh's): w = k_s e^{bq_t - b_s} steps from t
+  // token a decay chain runs up the block: w = k_s e^{bq_t - b_s} steps from t
   // to t + 1 by one multiply with e^{g} (registers), the channel sum by reduceScatter16.
   // Exclusive: A[t][t] = q_t . (u k_t).
   if (wantValues) {
@@ -421,8 +471,10 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
         });
       }
     }
-    // diagonal block by decay chains (diag_grad.cuh): s walks down the block while f carries
-    // e^{bq_t - b_s} per (row, channel)
+    // diagonal block by decay chains: s walks down the block while f carries e^{bq_t - b_s} =
+    // prod_{u = s + 1}^{t'} e^{g_u} (t' = t, or t - 1 exclusive) per (row, channel): 1 at s = t',
+    // one multiply a step below it, 0 above (chainStep); the accumulator is taken kChainRegs
+    // registers at a time, so the products fit beside it
     CUTE_UNROLL
     for (int part = 0; part < kAccRegs; part += kChainRegs) {
       float f[kChainRegs];
@@ -534,7 +586,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   }
   if (!wantDg || tid >= KB) return;
 
-  // ---- phase 4 (diag_grad.cuh's): dg_t = Z + sum_{t' >= t} (p - kin)_t' + sum_{s < t} E_s
+  // ---- phase 4: dg_t = Z + sum_{t' >= t} (p - kin)_t' + sum_{s < t} E_s
   // [- p_t], a thread per channel, E = k dk_inter parked in dg's rows ----
   const int c = tid;
   float* dg = dgOut + offK + c;

@@ -1,8 +1,9 @@
 // Hopper backward of the additive rule with a DIAGONAL decay (GLA, HGRN-2, RWKV-6), the state
 // passes: chunk_backward_diagonal.cu's pass 1 (chunk_backward_diagonal_scan.cu) on wgmma, for
 // 16-bit inputs at dk in {64, 128}.
-// It writes the workspaces diag_grad.cuh reads, one row per chunk slot, in the input dtype (that
-// stage rounds them to it as wgmma operands anyway; half the bytes of fp32 both ways):
+// It writes the workspaces the gradient stage (diag_key_grad.cuh, diag_value_grad.cuh) reads, one
+// row per chunk slot, in the input dtype (that stage rounds them to it as wgmma operands anyway;
+// half the bytes of fp32 both ways):
 //   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
 //             S <- diag(e^B) S + (K . e^{B - b})^T V
 //   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,

@@ -3,8 +3,8 @@
 // A^T (fp32) and K e^{B - b} (input dtype); here one warpgroup per (chunk slot, head, value block)
 // forms
 //   dv = (K e^{B - b}) dS_{c+1} + A^T dO,   A^T = sum over the key blocks of their shares,
-// two wgmma products of K = dk and K = C, with A^T rounded to the input dtype once, after the sum
-// (diag_grad.cuh rounds the same A^T). Shared memory at dk = dv = 128: 72 KB, three CTAs a SM.
+// two wgmma products of K = dk and K = C, with A^T rounded to the input dtype once, after the sum.
+// Shared memory at dk = dv = 128: 72 KB, three CTAs a SM.
 #pragma once
 
 #include "diag_key_grad.cuh"
@@ -93,11 +93,11 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagValueGradKernel(const D
   });
 }
 
-/// The gradient stage by key block over every chunk slot, head and value block (diag_key_grad_<dtype>.cu
-/// instantiate it): the key stage, the value blocks' sums where there are several (as runDiagGrad),
-/// then the value stage where dv is wanted (p.at_part and p.kexp set).
+/// The gradient stage over every chunk slot, head and value block (diag_grad_<dtype>.cu instantiate
+/// it): the key stage, the value blocks' sums where there are several (p's part planes set), then
+/// the value stage where dv is wanted (p.at_part and p.kexp set).
 template <class T, int DK, int DV>
-void runDiagGradByKeyBlocks(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream) {
+void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream) {
   static_assert(DK % kDiagKeyBlock == 0, "whole key blocks");
   constexpr int keyBlocks = DK / kDiagKeyBlock;
   LINAC_REQUIRE(p.key_dim == DK, "hopper diagKeyGrad: key_dim and the instantiation disagree");
@@ -133,8 +133,8 @@ void runDiagGradByKeyBlocks(const DiagGradParams& p, int64_t slots, int valueBlo
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper.
-#define LINAC_HOPPER_DIAG_KEY_GRAD_INSTANTIATE(T)                                                         \
-  template void runDiagGradByKeyBlocks<T, 64, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);  \
-  template void runDiagGradByKeyBlocks<T, 64, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGradByKeyBlocks<T, 128, 64>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGradByKeyBlocks<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);
+#define LINAC_HOPPER_DIAG_GRAD_INSTANTIATE(T)                                                  \
+  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);  \
+  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
+  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, int, cudaStream_t); \
+  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);

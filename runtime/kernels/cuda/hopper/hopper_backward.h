@@ -10,8 +10,8 @@
 //    at dk, dv <= 128 stages 3 and 4 as one reverse pass (delta_bwd_reverse_grad.cuh) where it
 //    times faster than the staged pair for the shape class (autotune.h;
 //    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either).
-//  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_grad.cuh),
-//    called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
+//  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_key_grad.cuh
+//    and diag_value_grad.cuh), called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
 //    inclusive readout since the kernel lab and `linac verify` checked them on the H200 (1.5x
 //    faster than those passes, bench/NOTES.md); LINAC_HOPPER_DIAG_BWD=0 turns them off, =1 takes
 //    the exclusive readout (RWKV-6) too, whose d_w misses the bf16 gate there (backward.cu).
