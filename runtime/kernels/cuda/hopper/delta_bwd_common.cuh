@@ -130,12 +130,4 @@ __device__ inline int threadIndexHere() {
   return t;
 }
 
-/// Aligns the dynamic shared memory to 1024 bytes (the 128-byte swizzle's period) and returns it
-/// as the stage's layout.
-template <class Smem>
-__device__ Smem& alignedSmem(uint8_t* raw) {
-  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(raw)) & 1023u)) & 1023u;
-  return *reinterpret_cast<Smem*>(raw + pad);
-}
-
 }  // namespace linac::kernels::cuda::hopper

@@ -65,8 +65,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   using Tiles = DeltaPrepareTiles<T, DK, DV>;
   constexpr int C = Tiles::C, VB = Tiles::kValueBlock;
   extern __shared__ __align__(16) uint8_t smemRaw[];
-  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   int n;
   int64_t bos, len, chunk;

@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
   using Mma = typename Tiles::Mma;
   constexpr int C = Tiles::C, kParts = Tiles::kParts, kSpan = Tiles::kSpan;
   extern __shared__ __align__(16) uint8_t smemRaw[];
-  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   const int tid = threadIdx.x;
   const int N = p.num_seqs, H = p.heads, DV = p.value_dim, h = blockIdx.y, v0 = blockIdx.x * BV;

@@ -33,8 +33,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagValueGradKernel(const D
   using G = typename Tiles::G;
   constexpr int C = Tiles::C;
   extern __shared__ __align__(16) uint8_t smemRaw[];
-  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   int n;
   int64_t bos, len, chunk, coff;

@@ -89,8 +89,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   using MmaKX = typename Tiles::MmaKX;
   constexpr int C = Tiles::C;
   extern __shared__ __align__(16) uint8_t smemRaw[];
-  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smemRaw)) & 1023u)) & 1023u;
-  auto& sm = *reinterpret_cast<typename Tiles::Smem*>(smemRaw + pad);
+  auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   const int tid = threadIdx.x;
   const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;

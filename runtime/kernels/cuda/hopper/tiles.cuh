@@ -142,6 +142,14 @@ __device__ inline void fenceToAsyncProxy() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// Aligns the dynamic shared memory to 1024 bytes (the 128-byte swizzle's period) and returns it
+/// as the stage's layout.
+template <class Smem>
+__device__ Smem& alignedSmem(uint8_t* raw) {
+  const uint32_t pad = (1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(raw)) & 1023u)) & 1023u;
+  return *reinterpret_cast<Smem*>(raw + pad);
+}
+
 /// A tile of layout L (RowTile, ColTile, Transposed) in shared memory. Elements are addressed by
 /// their 32-bit shared-window address, so accesses compile to LDS / STS with the swizzle folded
 /// into a few integer operations; tensor() is the CuTe view the wgmma descriptors are built from.
