@@ -122,6 +122,50 @@ __device__ void splitStagedRows(const Tile& hi, const Tile& lo, const float* sta
   }
 }
 
+/// A global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte aligned) in the registers
+/// of kThreads threads, as 16-byte vectors: vector k of thread tid holds row i / (Cc / 4),
+/// columns 4 (i % (Cc / 4)) .. + 3 of i = tid + k kThreads; rows at or past `rows` read as 0.
+/// Loaded with every vector in flight at once (no shared-memory staging), then split into tiles.
+template <int R, int Cc, int kThreads>
+struct Fp32Rows {
+  static constexpr int kPerRow = Cc / 4;
+  static constexpr int kVecs = R * kPerRow / kThreads;
+  static_assert(Cc % 4 == 0 && (R * kPerRow) % kThreads == 0, "whole vectors on every thread");
+  float4 v[kVecs];
+
+  __device__ void load(const float* src, int64_t rowStride, int rows, int tid) {
+    CUTE_UNROLL
+    for (int k = 0; k < kVecs; ++k) {
+      const int i = tid + k * kThreads, r = i / kPerRow, c = (i % kPerRow) * 4;
+      v[k] = r < rows ? __ldg(reinterpret_cast<const float4*>(src + int64_t(r) * rowStride + c))
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  /// f(row, col, vector) for each vector of thread tid.
+  template <class F>
+  __device__ void forEach(int tid, F&& f) const {
+    CUTE_UNROLL
+    for (int k = 0; k < kVecs; ++k) {
+      const int i = tid + k * kThreads;
+      f(i / kPerRow, (i % kPerRow) * 4, v[k]);
+    }
+  }
+  /// Writes the block into RowTiles [r, c] as hi and lo (splitPack2); a fence and a barrier must
+  /// follow before the tensor cores read them.
+  template <class T, class Tile>
+  __device__ void splitInto(const Tile& hi, const Tile& lo, int tid) const {
+    forEach(tid, [&](int r, int c, const float4& x) {
+      uint32_t h0, l0, h1, l1;
+      splitPack2<T>(x.x, x.y, h0, l0);
+      splitPack2<T>(x.z, x.w, h1, l1);
+      sts32(hi.at(r, c), h0);
+      sts32(hi.at(r, c + 2), h1);
+      sts32(lo.at(r, c), l0);
+      sts32(lo.at(r, c + 2), l1);
+    });
+  }
+};
+
 /// threadIdx.x read where it is used: values computed from it inside a loop are not hoisted out
 /// of the loop into registers that stay live beside the accumulators.
 __device__ inline int threadIndexHere() {

@@ -261,6 +261,32 @@ __device__ inline float quadRowSum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/// Column sums over each warp's 16 rows of a quantity laid out as a 64-row wgmma accumulator:
+/// value(i, row, col) for this thread's register i at (row, col) of accCoords `coords` (N columns).
+/// The quad's partial for each column pair is reduced over the eight lanes that share its columns
+/// (a fixed shuffle tree), and lanes 0-3 write out[warp * C + col]: four rows of partial sums,
+/// which the reader adds in warp order (deterministic).
+template <class Mma, int N, class Coords, class F>
+__device__ void warpColumnSums(const Coords& coords, F&& value, float* out, int C) {
+  using CLayout = typename Mma::Atom::LayoutC_TV;
+  static_assert(decltype(stride<1, 0>(CLayout{}))::value == 64 &&
+                    decltype(stride<1, 1>(CLayout{}))::value == 8,
+                "registers 4j..4j+3 hold (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)");
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x % kWarpgroupThreads) / 32;
+  CUTE_UNROLL
+  for (int i = 0; i < N / 2; i += 4) {
+    const int r = int(get<0>(coords(i))), c = int(get<1>(coords(i)));
+    float s0 = value(i, r, c) + value(i + 2, r + 8, c);
+    float s1 = value(i + 1, r, c + 1) + value(i + 3, r + 8, c + 1);
+    CUTE_UNROLL
+    for (int o = 4; o < 32; o <<= 1) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    }
+    if (lane < 4) *reinterpret_cast<float2*>(&out[warp * C + c]) = make_float2(s0, s1);
+  }
+}
+
 /// Row dots of an accumulator with a [row, column] tile (stage `stage`): for the two rows of this
 /// thread's quad (r0, the row of its first register, and r0 + 8), the sum over the columns of
 /// acc(row, column) * tile(row, column), reduced over the quad; the quad's first lane writes
@@ -290,6 +316,12 @@ __device__ inline void copy16(uint32_t smem, const void* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(bytes)
+               : "memory");
+}
+/// 4-byte global -> shared copy through cp.async (zero-fill when !valid, as copy16).
+__device__ inline void copy4(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(valid ? 4 : 0)
                : "memory");
 }
 __device__ inline void copyCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
