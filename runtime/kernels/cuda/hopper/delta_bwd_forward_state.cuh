@@ -5,8 +5,10 @@
 //   states[c] = S_c                                      (input dtype, as fla stores h)
 //   D   = U - W S_c                                       fp32, written over U (fla's v_new)
 //   S  <- exp(b_last) S + K^T (diag(exp(b_last - b)) D)
-// W S reads S's bf16 copy; K^T D reads D exp(b_last - b) rounded to the input dtype (the forward's
-// roundings; the host transcription measured both below 1e-4 in every gradient). The next chunk's
+// W S reads S's bf16 copy (the forward's rounding). K^T D reads D exp(b_last - b) as hi + lo in
+// the input dtype (two wgmma): rounded once, as the forward rounds it, it took the bf16 dg of one
+// draw in ~400 to 1.2e-2 (gate 5e-3) at the lab's T130 dk64 dv64 g >= -5 case (host
+// transcription, 800 draws; the lab hit one such draw on the H100, session 28). The next chunk's
 // W, K, U and g are copied by cp.async into the other of two stages while this one computes (U
 // read from global memory inside the chunk stalled the no-decay instantiation: ptxas placed those
 // loads between the W S wgmma and their use, ~2.7x the scalar decay's stage time under ncu).
@@ -34,6 +36,7 @@ struct DeltaBwdForwardStateTiles {
     alignas(1024) T w[cosize_v<Wk>];
     alignas(1024) T k[cosize_v<Wk>];
     alignas(1024) T xs[cosize_v<Xs>];
+    alignas(1024) T xsLo[cosize_v<Xs>];
     alignas(1024) T s[cosize_v<S>];
     alignas(16) float u[2][C * kLdU];
     float g[2][C];
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   const auto tK = smemTile(sm.k, typename Tiles::Wk{});    // (C, DK, 2)
   const auto tKt = smemTile(sm.k, typename Tiles::Kt{});   // (DK, C, 2)
   const auto tXs = smemTile(sm.xs, typename Tiles::Xs{});  // (BV, C)
+  const auto tXsLo = smemTile(sm.xsLo, typename Tiles::Xs{});
   const auto tS = smemTile(sm.s, typename Tiles::S{});     // (BV, DK)
 
   MmaWS mmaWS;
@@ -76,6 +80,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   Tensor fS = thrWS.partition_fragment_B(tS.tensor()(_, _, 0));
   Tensor fKt = thrKX.partition_fragment_A(tKt.tensor());
   Tensor fXs = thrKX.partition_fragment_B(tXs.tensor()(_, _, 0));
+  Tensor fXsLo = thrKX.partition_fragment_B(tXsLo.tensor()(_, _, 0));
   Tensor accX = partition_fragment_C(mmaWS, Shape<Int<C>, Int<BV>>{});
   Tensor accS = partition_fragment_C(mmaKX, Shape<Int<DK>, Int<BV>>{});
   const auto cX = accCoords<C, BV>(mmaWS);
@@ -139,7 +144,10 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       const float d0 = u.x - accX(i), d1 = u.y - accX(i + 1);
       if (t < rows) *reinterpret_cast<float2*>(ud + t * rowV + v) = make_float2(d0, d1);
       const float f = decayTo<Decay>(sm.b, t);
-      sts32(tXs.at(v, t), pack2<T>(d0 * f, d1 * f));
+      uint32_t hi, lo;
+      splitPack2<T>(d0 * f, d1 * f, hi, lo);
+      sts32(tXs.at(v, t), hi);
+      sts32(tXsLo.at(v, t), lo);
     });
     if constexpr (Decay::kActive) {
       const float fLast = decayFrom<Decay>(sm.b, C - 1);
@@ -151,6 +159,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
 
     issue(accS);
     gemm<false>(mmaKX, fKt(_, _, _, stage), fXs, accS);
+    gemm<false>(mmaKX, fKt(_, _, _, stage), fXsLo, accS);
     commitAndWait(accS);
     publishState();  // every read of S_c completed before the barrier above
   }
