@@ -4,6 +4,7 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "device_info.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,10 +41,8 @@ inline bool aligned(std::initializer_list<const void*> pointers, size_t bytes) {
 /// Blocks for a grid-stride loop that needs `needed` blocks: enough to fill the current device
 /// (`perSm` blocks per multiprocessor), no more than the work needs, at least one.
 inline unsigned gridBlocks(int64_t needed, int perSm) {
-  int device = 0, sms = 0;
-  LINAC_CUDA_CHECK(cudaGetDevice(&device));
-  LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * perSm)));
+  const int64_t sms = multiprocessorCount();
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(needed, sms * perSm)));
 }
 
 /// f(T{}) for the element type of `dtype` (fp32, bf16, fp16); `op` names the caller in the error.

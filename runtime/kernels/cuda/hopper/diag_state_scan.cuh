@@ -24,6 +24,7 @@
 
 #include "../chunk_slots.cuh"
 #include "../cuda_check.h"
+#include "../device_info.h"
 #include "diag_grad_params.h"
 #include "state_scan.cuh"
 
@@ -219,12 +220,7 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   constexpr int kWide = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock, kNarrow = kWide / 2;
-  static const int smCount = [] {
-    int device = 0, count = 0;
-    LINAC_CUDA_CHECK(cudaGetDevice(&device));
-    LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+  const int smCount = multiprocessorCount();
   if (int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs < smCount)
     launchDiagStateScan<T, DK, kNarrow>(p, stream);
   else

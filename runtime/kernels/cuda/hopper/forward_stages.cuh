@@ -6,6 +6,7 @@
 #pragma once
 
 #include "../cuda_check.h"
+#include "../device_info.h"
 #include "../workspace.h"
 #include "delta_prepare.cuh"
 #include "diagonal_prepare.cuh"
@@ -70,12 +71,7 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
   if constexpr (DK > 128) {
     launchStateOutputBlock<T, DK, kNarrow, Decay, kDelta, kDelta>(p, stream);
   } else {
-    static const int smCount = [] {
-      int device = 0, count = 0;
-      LINAC_CUDA_CHECK(cudaGetDevice(&device));
-      LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-      return count;
-    }();
+    const int smCount = multiprocessorCount();
     const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
     if constexpr (kDelta) {
       if (p.late_loads &&
