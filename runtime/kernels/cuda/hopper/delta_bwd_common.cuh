@@ -122,6 +122,19 @@ __device__ void splitStagedRows(const Tile& hi, const Tile& lo, const float* sta
   }
 }
 
+/// Four fp32 values of row r, columns c..c + 3, into RowTiles hi and lo as hi + lo pairs
+/// (splitPack2); a fence and a barrier must follow before the tensor cores read them.
+template <class T, class Tile>
+__device__ void storeSplit4(const Tile& hi, const Tile& lo, int r, int c, const float4& x) {
+  uint32_t h0, l0, h1, l1;
+  splitPack2<T>(x.x, x.y, h0, l0);
+  splitPack2<T>(x.z, x.w, h1, l1);
+  sts32(hi.at(r, c), h0);
+  sts32(hi.at(r, c + 2), h1);
+  sts32(lo.at(r, c), l0);
+  sts32(lo.at(r, c + 2), l1);
+}
+
 /// A global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte aligned) in the registers
 /// of kThreads threads, as 16-byte vectors: vector k of thread tid holds row i / (Cc / 4),
 /// columns 4 (i % (Cc / 4)) .. + 3 of i = tid + k kThreads; rows at or past `rows` read as 0.
@@ -154,15 +167,7 @@ struct Fp32Rows {
   /// follow before the tensor cores read them.
   template <class T, class Tile>
   __device__ void splitInto(const Tile& hi, const Tile& lo, int tid) const {
-    forEach(tid, [&](int r, int c, const float4& x) {
-      uint32_t h0, l0, h1, l1;
-      splitPack2<T>(x.x, x.y, h0, l0);
-      splitPack2<T>(x.z, x.w, h1, l1);
-      sts32(hi.at(r, c), h0);
-      sts32(hi.at(r, c + 2), h1);
-      sts32(lo.at(r, c), l0);
-      sts32(lo.at(r, c + 2), l1);
-    });
+    forEach(tid, [&](int r, int c, const float4& x) { storeSplit4<T>(hi, lo, r, c, x); });
   }
 };
 

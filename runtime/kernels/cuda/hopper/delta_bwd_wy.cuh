@@ -178,19 +178,8 @@ __global__ void __launch_bounds__(kDeltaWyThreads, (DeltaBwdWyTiles<T, DK, DV>::
   if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
   xRows.forEach(tid, [&](int t, int s, const float4& x) {  // Tm = X diag(beta) (hi, lo); X (hi, lo)
     const float* bt = &sm.cs.beta[s];
-    uint32_t h0, l0, h1, l1;
-    splitPack2<T>(x.x * bt[0], x.y * bt[1], h0, l0);
-    splitPack2<T>(x.z * bt[2], x.w * bt[3], h1, l1);
-    sts32(tTmHi.at(t, s), h0);
-    sts32(tTmHi.at(t, s + 2), h1);
-    sts32(tTmLo.at(t, s), l0);
-    sts32(tTmLo.at(t, s + 2), l1);
-    splitPack2<T>(x.x, x.y, h0, l0);
-    splitPack2<T>(x.z, x.w, h1, l1);
-    sts32(tX.at(t, s), h0);
-    sts32(tX.at(t, s + 2), h1);
-    sts32(tXLo.at(t, s), l0);
-    sts32(tXLo.at(t, s + 2), l1);
+    storeSplit4<T>(tTmHi, tTmLo, t, s, make_float4(x.x * bt[0], x.y * bt[1], x.z * bt[2], x.w * bt[3]));
+    storeSplit4<T>(tX, tXLo, t, s, x);
   });
   dd.template splitInto<T>(tDdHi, tDdLo, tid);
   copyWait<0>();
