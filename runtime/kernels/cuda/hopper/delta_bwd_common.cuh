@@ -96,6 +96,19 @@ __device__ void stageRowsAsync(float* dst, const float* src, int64_t rowStride, 
   }
 }
 
+/// Four fp32 values of row r, columns c..c + 3, into RowTiles hi and lo as hi + lo pairs
+/// (splitPack2); a fence and a barrier must follow before the tensor cores read them.
+template <class T, class Tile>
+__device__ void storeSplit4(const Tile& hi, const Tile& lo, int r, int c, const float4& x) {
+  uint32_t h0, l0, h1, l1;
+  splitPack2<T>(x.x, x.y, h0, l0);
+  splitPack2<T>(x.z, x.w, h1, l1);
+  sts32(hi.at(r, c), h0);
+  sts32(hi.at(r, c + 2), h1);
+  sts32(lo.at(r, c), l0);
+  sts32(lo.at(r, c + 2), l1);
+}
+
 /// Writes a staged fp32 [R, Cc] buffer (rows kLd floats apart, stageRowsAsync) into RowTiles
 /// [r, c] as hi (+ lo when kLo). All kThreads threads call; a fence and a barrier must follow
 /// before the tensor cores read the tiles.
@@ -110,29 +123,13 @@ __device__ void splitStagedRows(const Tile& hi, const Tile& lo, const float* sta
     if (kTotal % kThreads != 0 && i >= kTotal) break;
     const int r = i / kPerRow, c = (i % kPerRow) * 4;
     const float4 x = *reinterpret_cast<const float4*>(staged + r * kLd + c);
-    uint32_t h0, l0, h1, l1;
-    splitPack2<T>(x.x, x.y, h0, l0);
-    splitPack2<T>(x.z, x.w, h1, l1);
-    sts32(hi.at(r, c), h0);
-    sts32(hi.at(r, c + 2), h1);
     if constexpr (kLo) {
-      sts32(lo.at(r, c), l0);
-      sts32(lo.at(r, c + 2), l1);
+      storeSplit4<T>(hi, lo, r, c, x);
+    } else {
+      sts32(hi.at(r, c), pack2<T>(x.x, x.y));
+      sts32(hi.at(r, c + 2), pack2<T>(x.z, x.w));
     }
   }
-}
-
-/// Four fp32 values of row r, columns c..c + 3, into RowTiles hi and lo as hi + lo pairs
-/// (splitPack2); a fence and a barrier must follow before the tensor cores read them.
-template <class T, class Tile>
-__device__ void storeSplit4(const Tile& hi, const Tile& lo, int r, int c, const float4& x) {
-  uint32_t h0, l0, h1, l1;
-  splitPack2<T>(x.x, x.y, h0, l0);
-  splitPack2<T>(x.z, x.w, h1, l1);
-  sts32(hi.at(r, c), h0);
-  sts32(hi.at(r, c + 2), h1);
-  sts32(lo.at(r, c), l0);
-  sts32(lo.at(r, c + 2), l1);
 }
 
 /// A global fp32 [R, Cc] block (row r at src + r * rowStride, 16-byte aligned) in the registers
