@@ -12,8 +12,12 @@
 // so that the state stage's X = U - W S is the chunk's d_t (state_output.cuh). W [B, T, H, dk] and
 // U [B, T, H, dv] are written in the input dtype, as fla's recompute_w_u does; so is P
 // [slots, H, C, C], which the state stage loads instead of computing Q K^T once per value block on
-// its sequential path. q is read by the first batch only, so its tile shares shared memory with
-// A, T and T diag(exp(b)), which are written after it.
+// its sequential path.
+//
+// Shared memory, by phase: q is read by the first batch only, so A (fp32) takes its place; T and
+// T diag(exp(b)) take A's once every thread holds its share of X in registers. At dk <= 128 that
+// is ~51 KB, four CTAs a SM (the stage waits on memory: more CTAs keep more loads in flight). V
+// lands in its own copy group, waited for only before the products that read it.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -40,27 +44,31 @@ struct DeltaPrepareTiles {
   using MmaU = WarpgroupMma<T, C, kValueBlock, C, GMMA::Major::K, GMMA::Major::MN>;
 
   static constexpr int kLdA = C + 4;  // rows of A in 16-byte vectors
-  struct AfterFirstBatch {  // written once the first batch (K K^T, Q K^T) has read q
+  struct Weights {  // T and T diag(exp(b)), written from X held in registers
     alignas(1024) T tm[cosize_v<Tm>];
     alignas(1024) T tw[cosize_v<Tm>];
-    alignas(16) float a[C * kLdA];
   };
   struct Smem {
     alignas(1024) T k[cosize_v<K>];
     alignas(1024) T v[cosize_v<V>];
     union {
-      alignas(1024) T q[cosize_v<Q>];
-      AfterFirstBatch later;
+      alignas(1024) T q[cosize_v<Q>];  // the first batch (K K^T, Q K^T)
+      alignas(1024) float a[C * kLdA];  // A, then X = (I + A)^-1 in place
+      Weights weights;
     };
     float g[C];
     float b[C];
     float beta[C];
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+  // CTAs a SM: four where the shared memory allows and W's accumulator (DK / 2 registers a
+  // thread) leaves the kernel within 128 registers, i.e. at dk <= 128
+  static constexpr int kSmemFit = kSharedBytesPerSm / int(kSmemBytes + kSharedBytesReservedPerCta);
+  static constexpr int kMinBlocks = DK > 128 ? 1 : (kSmemFit < 4 ? kSmemFit : 4);
 };
 
 template <class T, int DK, int DV, class Decay>
-__global__ void __launch_bounds__(kWarpgroupThreads)
+__global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV>::kMinBlocks)
     deltaPrepareKernel(const ForwardParams p, const PrepareOutputs out) {
   using Tiles = DeltaPrepareTiles<T, DK, DV>;
   constexpr int C = Tiles::C, VB = Tiles::kValueBlock;
@@ -80,23 +88,24 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C)
   const auto tV = smemTile(sm.v, typename Tiles::V{});      // (VB, C, value block)
   const auto tQ = smemTile(sm.q, typename Tiles::Q{});      // (C, DK)
-  const auto tTm = smemTile(sm.later.tm, typename Tiles::Tm{});  // (C, C)
-  const auto tTw = smemTile(sm.later.tw, typename Tiles::Tm{});  // (C, C)
-  float* a = sm.later.a;
+  const auto tTm = smemTile(sm.weights.tm, typename Tiles::Tm{});  // (C, C)
+  const auto tTw = smemTile(sm.weights.tw, typename Tiles::Tm{});  // (C, C)
+  float* a = sm.a;
 
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
   loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, q + tok0 * rowK + int64_t(h) * DK, rowK, rows);
   loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, k + tok0 * rowK + int64_t(h) * DK, rowK, rows);
+  stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
+  copyCommit();  // group 1: q, k, g
   CUTE_UNROLL
   for (int j = 0; j < Tiles::kValueBlocks; ++j)
     loadTile<true, C, VB, kWarpgroupThreads>(tV, j, v + tok0 * rowV + int64_t(h) * DV + j * VB,
                                              rowV, rows);
-  stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
-  copyCommit();
+  copyCommit();  // group 2: v, read by the last products only
   if (tid < C) sm.beta[tid] = tid < rows ? p.beta[(tok0 + tid) * H + h] : 0.f;
-  copyWait<0>();
+  copyWait<1>();
   fenceToAsyncProxy();
   __syncthreads();
 
@@ -140,30 +149,43 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   });
   __syncthreads();
 
+  // T = X diag(beta) and T diag(exp(b)) go over X: each thread first reads its share of X into
+  // registers, and writes once every thread has read.
   if (p.block_inverse) {
     unitLowerInverse<C, kWarpgroupThreads>(a, Tiles::kLdA);
-    // T = X diag(beta) and T diag(exp(b)), column pairs (j, j + 1) of one row per 4-byte store.
-    for (int e = tid; e < C * C / 2; e += kWarpgroupThreads) {
-      const int i = e / (C / 2), j = (e % (C / 2)) * 2;
-      const float x0 = xAt(a, Tiles::kLdA, i, j) * sm.beta[j];
-      const float x1 = xAt(a, Tiles::kLdA, i, j + 1) * sm.beta[j + 1];
-      sts32(tTm.at(i, j), pack2<T>(x0, x1));
-      if constexpr (Decay::kActive)
-        sts32(tTw.at(i, j), pack2<T>(x0 * __expf(decayAt(j)), x1 * __expf(decayAt(j + 1))));
-      else
-        sts32(tTw.at(i, j), pack2<T>(x0, x1));
+    // column pairs (j, j + 1) of one row per 4-byte store
+    constexpr int kPairs = C * C / 2 / kWarpgroupThreads;
+    float2 x[kPairs];
+    CUTE_UNROLL
+    for (int r = 0; r < kPairs; ++r) {
+      const int e = tid + r * kWarpgroupThreads, i = e / (C / 2), j = (e % (C / 2)) * 2;
+      x[r] = make_float2(xAt(a, Tiles::kLdA, i, j) * sm.beta[j], xAt(a, Tiles::kLdA, i, j + 1) * sm.beta[j + 1]);
     }
-  } else if (tid < C) {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
+    __syncthreads();
+    CUTE_UNROLL
+    for (int r = 0; r < kPairs; ++r) {
+      const int e = tid + r * kWarpgroupThreads, i = e / (C / 2), j = (e % (C / 2)) * 2;
+      sts32(tTm.at(i, j), pack2<T>(x[r].x, x[r].y));
+      if constexpr (Decay::kActive)
+        sts32(tTw.at(i, j), pack2<T>(x[r].x * __expf(decayAt(j)), x[r].y * __expf(decayAt(j + 1))));
+      else
+        sts32(tTw.at(i, j), pack2<T>(x[r].x, x[r].y));
+    }
+  } else {  // column j = tid of X = (I + A)^-1; every thread reads the same row of A
     const int j = tid;
     float x[C];
-    unitLowerColumn<C>(a, Tiles::kLdA, j, x);
-    const float bj = sm.beta[j], fj = Decay::kActive ? __expf(decayAt(j)) : 1.f;
-    CUTE_UNROLL
-    for (int i = 0; i < C; ++i) {
-      sts16(tTm.at(i, j), pack1<T>(x[i] * bj));
-      sts16(tTw.at(i, j), pack1<T>(x[i] * bj * fj));
+    if (j < C) unitLowerColumn<C>(a, Tiles::kLdA, j, x);
+    __syncthreads();
+    if (j < C) {
+      const float bj = sm.beta[j], fj = Decay::kActive ? __expf(decayAt(j)) : 1.f;
+      CUTE_UNROLL
+      for (int i = 0; i < C; ++i) {
+        sts16(tTm.at(i, j), pack1<T>(x[i] * bj));
+        sts16(tTw.at(i, j), pack1<T>(x[i] * bj * fj));
+      }
     }
   }
+  copyWait<0>();  // v
   fenceToAsyncProxy();
   __syncthreads();
 

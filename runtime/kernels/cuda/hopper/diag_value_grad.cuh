@@ -107,7 +107,7 @@ void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaSt
       kernel = p.low_halves ? diagKeyGradKernel<T, DV, true, true> : diagKeyGradKernel<T, DV, false, true>;
   }
   constexpr size_t bytes = DiagKeyGradTiles<T, DV>::kSmemBytes;
-  static_assert(2 * (bytes + 1024) <= 228 * 1024, "two CTAs per SM: an H100 / H200 SM offers 228 KiB");
+  static_assert(2 * (bytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm), "two CTAs per SM");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         int(cudaSharedmemCarveoutMaxShared)));

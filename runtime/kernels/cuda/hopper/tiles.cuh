@@ -38,6 +38,9 @@ template <> struct CuteType<__nv_bfloat16> { using type = cute::bfloat16_t; };
 template <> struct CuteType<__half> { using type = cute::half_t; };
 
 constexpr int kWarpgroupThreads = 128;
+// sm_90's shared memory a SM; each resident CTA also holds 1 KB of it for the system
+constexpr int kSharedBytesPerSm = 228 * 1024;
+constexpr int kSharedBytesReservedPerCta = 1024;
 
 /// The widest swizzle atom whose contiguous extent (in elements of 16 bits) divides `extent`.
 template <class T, int extent, bool kMajorK>
