@@ -56,6 +56,14 @@ def round_f32(x):
 #   5 wy       Tm4 (Tm^T dD, Tm^T dW), dD4v (Tm^T dD), dD4t (dD V^T), dTm, TmY (Y = dTm Tm^T), Y,
 #              Xop (X^T Y), dM
 KERNEL_PRECISE = {"Tm1", "U", "Dop", "dS3", "dSZ", "D4a", "D4k", "dS4k", "Tm4", "dD4v", "dD4t", "TmY"}
+
+
+def kernel_precise(dk):
+    """KERNEL_PRECISE at key dim dk: stage 2 takes D's low half in K^T D at dk <= 128 only (at dk
+    256 its second product spilled the state kernel, +4% on the 340m heads' backward, and this
+    model's dg did not move: at dk 256 x dv 512, 60 pools of two T130 draws at g >= -5 gave the
+    same worst pool, 5.6e-3, with and without it)."""
+    return KERNEL_PRECISE if dk <= 128 else KERNEL_PRECISE - {"Dop"}
 ROUNDED_NAMES = ["Tm1", "Tw", "W", "U", "A", "dDl", "L", "X", "S2", "Dop", "dS3", "dOs", "dDop",
                  "S4q", "S4w", "SZ", "dSZ", "D4a", "D4k", "dS4k", "dD4w", "dA", "dW", "Tm4", "dD4v",
                  "dD4t", "dTm", "TmY", "Y", "Xop", "dM", "out"]
@@ -319,7 +327,7 @@ def main():
                 x["dht"][:] = 0
             scale = 1.0 / np.sqrt(dk)
             ref = reverse_tokens(x, scale)
-            got = chunk_backward(x, scale, Rounding(low, KERNEL_PRECISE))
+            got = chunk_backward(x, scale, Rounding(low, kernel_precise(dk)))
             errs = {n: rel_rms(got[n], ref[n]) for n in names if not (n == "g" and not decay)
                     and not (n == "h0" and not with_h0)}
             gate = 1e-10 if low is None else 5e-3
@@ -348,7 +356,7 @@ def varlen_seed_check(seeds):
         got, ref = [], []
         for T in lengths:
             x = make_inputs(rng, T, dk, dv, True, 1.0, -1e30, round_bf16)
-            got.append(chunk_backward(x, scale, Rounding(round_bf16, KERNEL_PRECISE))["g"])
+            got.append(chunk_backward(x, scale, Rounding(round_bf16, kernel_precise(dk)))["g"])
             ref.append(reverse_tokens(x, scale)["g"])
         errs.append(rel_rms(np.concatenate(got), np.concatenate(ref)))
     worst = max(errs)
@@ -372,7 +380,7 @@ def gated_tail_check():
         got, ref = [], []
         for _ in range(4):
             x = make_inputs(rng, T, dk, dv, True, 10.0, -5.0, round_bf16)
-            got.append(chunk_backward(x, scale, Rounding(round_bf16, KERNEL_PRECISE))["g"])
+            got.append(chunk_backward(x, scale, Rounding(round_bf16, kernel_precise(dk)))["g"])
             ref.append(reverse_tokens(x, scale)["g"])
         err = rel_rms(np.concatenate(got), np.concatenate(ref))
         ok &= err < 5e-3

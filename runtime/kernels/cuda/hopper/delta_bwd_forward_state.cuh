@@ -5,10 +5,12 @@
 //   states[c] = S_c                                      (input dtype, as fla stores h)
 //   D   = U - W S_c                                       fp32, written over U (fla's v_new)
 //   S  <- exp(b_last) S + K^T (diag(exp(b_last - b)) D)
-// W S reads S's bf16 copy (the forward's rounding). K^T D reads D exp(b_last - b) as hi + lo in
-// the input dtype (two wgmma): rounded once, as the forward rounds it, it took the bf16 dg of one
-// draw in ~400 to 1.2e-2 (gate 5e-3) at the lab's T130 dk64 dv64 g >= -5 case (host
-// transcription, 800 draws; the lab hit one such draw on the H100, session 28). The next chunk's
+// W S reads S's bf16 copy (the forward's rounding). At dk <= 128, K^T D reads D exp(b_last - b)
+// as hi + lo in the input dtype (two wgmma): rounded once, as the forward rounds it, it took the
+// bf16 dg of one draw in ~400 to 1.2e-2 (gate 5e-3) at the lab's T130 dk64 dv64 g >= -5 case
+// (host transcription, 800 draws). At dk 256 the second product's operands spilled this kernel
+// (+4% on Gated DeltaNet's 340m backward) and the transcription's dg did not move with it
+// (delta_bwd_host_check.py, kernel_precise), so there D is rounded once. The next chunk's
 // W, K, U and g are copied by cp.async into the other of two stages while this one computes (U
 // read from global memory inside the chunk stalled the no-decay instantiation: ptxas placed those
 // loads between the W S wgmma and their use, ~2.7x the scalar decay's stage time under ncu).
@@ -28,6 +30,7 @@ struct DeltaBwdForwardStateTiles {
   using S = ColTile<T, BV, DK>;             // S: (v, d)
   using MmaWS = WarpgroupMma<T, C, BV, DK, GMMA::Major::K, GMMA::Major::MN>;   // W S
   using MmaKX = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>;  // K^T X
+  static constexpr bool kLowHalf = DK <= 128;  // D's low half in K^T D (the header)
 
   // U rows of BV fp32, padded so the accumulator layout's (row, column pair) reads are
   // conflict-free per half-warp (four rows of 8 words land on four distinct bank octets).
@@ -36,7 +39,7 @@ struct DeltaBwdForwardStateTiles {
     alignas(1024) T w[cosize_v<Wk>];
     alignas(1024) T k[cosize_v<Wk>];
     alignas(1024) T xs[cosize_v<Xs>];
-    alignas(1024) T xsLo[cosize_v<Xs>];
+    alignas(1024) T xsLo[cosize_v<Xs>];  // read at dk <= 128 only (kLowHalf)
     alignas(1024) T s[cosize_v<S>];
     alignas(16) float u[2][C * kLdU];
     float g[2][C];
@@ -144,10 +147,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       const float d0 = u.x - accX(i), d1 = u.y - accX(i + 1);
       if (t < rows) *reinterpret_cast<float2*>(ud + t * rowV + v) = make_float2(d0, d1);
       const float f = decayTo<Decay>(sm.b, t);
-      uint32_t hi, lo;
-      splitPack2<T>(d0 * f, d1 * f, hi, lo);
-      sts32(tXs.at(v, t), hi);
-      sts32(tXsLo.at(v, t), lo);
+      if constexpr (Tiles::kLowHalf) {
+        uint32_t hi, lo;
+        splitPack2<T>(d0 * f, d1 * f, hi, lo);
+        sts32(tXs.at(v, t), hi);
+        sts32(tXsLo.at(v, t), lo);
+      } else {
+        sts32(tXs.at(v, t), pack2<T>(d0 * f, d1 * f));
+      }
     });
     if constexpr (Decay::kActive) {
       const float fLast = decayFrom<Decay>(sm.b, C - 1);
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
 
     issue(accS);
     gemm<false>(mmaKX, fKt(_, _, _, stage), fXs, accS);
-    gemm<false>(mmaKX, fKt(_, _, _, stage), fXsLo, accS);
+    if constexpr (Tiles::kLowHalf) gemm<false>(mmaKX, fKt(_, _, _, stage), fXsLo, accS);
     commitAndWait(accS);
     publishState();  // every read of S_c completed before the barrier above
   }
