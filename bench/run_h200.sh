@@ -36,7 +36,8 @@
 #     the kernel lab A / B in one call: build-cuda/linac_cuda_lab.xz (this tree's lab, built here with
 #     LAB_BUILD_ONLY=1) and build-cuda/lab_before.xz (the baseline's, built from an earlier commit in
 #     a git worktree), both carried, stripped and xz-compressed (~15 MB each; .gz is read too). The new lab's cases (AB_CASES_ARGS, default
-#     --no-bench), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
+#     --no-bench; each failing backward draw comes back in $OUT/failing_draws.tgz for
+#     tests/runtime/cuda/delta_bwd_replay.py), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
 #     with AB_AUTO=1 the quick cases once more with the timed choices (--hopper-auto),
 #     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
 #     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
@@ -432,9 +433,14 @@ ab() {
   unpack_lab linac_cuda_lab /tmp/lab_after || return 1
   unpack_lab lab_before /tmp/lab_before || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} > "$OUT/ab_cases.log" 2>&1
+  rm -rf /tmp/lab_draws && mkdir -p /tmp/lab_draws
+  phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} --dump-failing /tmp/lab_draws > "$OUT/ab_cases.log" 2>&1
   echo "cases rc=$? ($(grep -c PASS "$OUT/ab_cases.log") pass, $((SECONDS - start)) s)"
   grep -E "FAIL" "$OUT/ab_cases.log" | head -12
+  if compgen -G "/tmp/lab_draws/*.bin" > /dev/null; then  # one file back, however many failed
+    tar -C /tmp -czf "$OUT/failing_draws.tgz" lab_draws
+    echo "failing backward draws: failing_draws.tgz (tests/runtime/cuda/delta_bwd_replay.py replays them)"
+  fi
   if [ "${SANITIZE:-1}" = 1 ]; then
     local tool
     : > "$OUT/ab_sanitizer.log"

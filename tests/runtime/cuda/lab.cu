@@ -12,7 +12,7 @@
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
 //                       [--bench-rows TEXT]
-//                       [--seed N]
+//                       [--seed N] [--dump-failing DIR]
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
 //                 an H200); the backward timings show it beside the mma.sync path either way
 //   --hopper-late the forward cases run the late q / w loads of the delta rule's state stage for
@@ -46,9 +46,14 @@
 //   --no-fwd      no forward timing rows (the backward's alone, e.g. under ncu)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
 //                 (B8 T4096 H8 D128): a short run for a profiler to attach to
+//   --seed N      the random stream's seed (printed on the device line of every run): replays a run
+//   --dump-failing DIR  each backward case with a failing check writes its draw, the float64
+//                 reference and the kernels' gradients to DIR/bwd-<n>.bin (lab_dump.h), for
+//                 delta_bwd_host_check.py --replay
 #include "autotune.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "lab_dump.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -142,6 +147,9 @@ double relRms(const std::vector<double>& x, const std::vector<double>& ref) {
 }
 
 int g_fail = 0;
+uint64_t g_seed = 0;
+const char* g_dump_dir = nullptr;  // --dump-failing DIR: each failing backward case's draw (lab_dump.h)
+int g_dumps = 0;
 void report(const std::string& kind, DType d, const std::string& shape, const char* what, double err) {
   const double tol = d == DType::F32 ? 1e-5 : 5e-3;
   const bool ok = err < tol;
@@ -567,6 +575,7 @@ void runBwdCase(const Case& cs) {
                 cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.wsigma > 0 ? " g=-exp(w)" : "",
                 cs.h0 ? "" : " noh0", cs.all_grads ? "" : " no-dq-dg");
   const std::string kn = "bwd " + kindName(kind);
+  const int failsBefore = g_fail;
   if (cs.all_grads) report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
   report(kn, cs.dtype, shp, "dk", relRms(get(dkb, rdk.size(), true), rdk));
   report(kn, cs.dtype, shp, "dv", relRms(get(dvb, rdv.size(), true), rdv));
@@ -585,6 +594,39 @@ void runBwdCase(const Case& cs) {
   if (delta) report(kn, cs.dtype, shp, "dbet", relRms(get(db, rdb.size(), false), rdb));
   if (excl) report(kn, cs.dtype, shp, "du", relRms(get(du, rdu.size(), false), rdu));
   if (cs.h0) report(kn, cs.dtype, shp, "dh0", relRms(get(dh0, rdh0.size(), false), rdh0));
+  if (!g_dump_dir || g_fail == failsBefore) return;
+
+  // The draw, the float64 reference and the kernels' gradients, for the host to replay.
+  lab::CaseDump dump;
+  dump.meta("kind", kindName(kind));
+  dump.meta("dtype", dtypeName(cs.dtype));
+  dump.meta("shape", shp);
+  dump.meta("seed", std::to_string(g_seed));
+  for (const auto& [key, value] : {std::pair<const char*, int>{"B", B}, {"T", T}, {"H", H}, {"dk", dk}, {"dv", dv}, {"N", N}})
+    dump.meta(key, double(value));
+  dump.meta("scale", scale);
+  dump.meta("cu_seqlens", cs.cu);
+  const std::vector<int64_t> tokK{B, T, H, dk}, tokV{B, T, H, dv}, tokens{B, T, H}, heads{H, dk},
+      states{N, H, dk, dv};
+  const std::vector<int64_t> gShape = kind.decay == DecayClass::Fixed      ? std::vector<int64_t>{H}
+                                      : kind.decay == DecayClass::Diagonal ? tokK
+                                                                           : tokens;
+  dump.array("q", in.q, tokK); dump.array("k", in.k, tokK); dump.array("v", in.v, tokV);
+  dump.array("g", in.g, gShape); dump.array("beta", in.beta, tokens); dump.array("u", in.u, heads);
+  dump.array("h0", in.h0, states); dump.array("d_o", dof, tokV); dump.array("d_ht", dhtf, states);
+  dump.array("ref_dq", rdq, tokK); dump.array("ref_dk", rdk, tokK); dump.array("ref_dv", rdv, tokV);
+  dump.array("ref_dg", rdg, gShape); dump.array("ref_dbeta", delta ? rdb : std::vector<double>{}, tokens);
+  dump.array("ref_du", excl ? rdu : std::vector<double>{}, heads); dump.array("ref_dh0", rdh0, states);
+  if (cs.all_grads) dump.array("dq", get(dq, rdq.size(), true), tokK);
+  dump.array("dk", get(dkb, rdk.size(), true), tokK);
+  dump.array("dv", get(dvb, rdv.size(), true), tokV);
+  if (cs.all_grads && !rdg.empty()) dump.array("dg", get(dg, rdg.size(), false), gShape);
+  if (delta) dump.array("dbeta", get(db, rdb.size(), false), tokens);
+  if (excl) dump.array("du", get(du, rdu.size(), false), heads);
+  if (cs.h0) dump.array("dh0", get(dh0, rdh0.size(), false), states);
+  const std::string path = std::string(g_dump_dir) + "/bwd-" + std::to_string(++g_dumps) + ".bin";
+  if (dump.write(path)) std::printf("  (draw written to %s)\n", path.c_str());
+  else std::printf("  (could not write %s)\n", path.c_str());
 }
 
 void runScanBwdCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
@@ -939,6 +981,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-fwd")) do_fwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--dump-failing") && i + 1 < argc) g_dump_dir = argv[++i];
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -946,6 +989,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   rng.seed(seed);
+  g_seed = seed;
   setenv("LINAC_AUTOTUNE_CACHE", "", 0);  // each lab process times its own choices, unless told a file
   cudaDeviceProp prop;
   LINAC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
