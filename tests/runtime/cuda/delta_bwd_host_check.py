@@ -55,7 +55,7 @@ def round_f32(x):
 #              dD4w (dD S^T), dA, dW
 #   5 wy       Tm4 (Tm^T dD, Tm^T dW), dD4v (Tm^T dD), dD4t (dD V^T), dTm, TmY (Y = dTm Tm^T), Y,
 #              Xop (X^T Y), dM
-KERNEL_PRECISE = {"Tm1", "U", "Dop", "dS3", "dSZ", "D4a", "D4k", "dS4k", "Tm4", "dD4v", "dD4t", "TmY"}
+KERNEL_PRECISE = {"Tm1", "U", "Dop", "dS3", "dSZ", "D4a", "D4k", "dS4k", "dA", "Tm4", "dD4v", "dD4t", "TmY"}
 
 
 def kernel_precise(dk):
@@ -371,7 +371,9 @@ def gated_tail_check():
     lab's rel-RMS pools them). Over 800 such pools, 3 crossed 5e-3 with the kernels' roundings of
     session 27, up to 1.4e-2 (the H100 lab hit one); rounded alone, Tm in Y (pool 669) and D in
     K^T D (pool 689) each put dg past the gate. With both as hi + lo, 1 pool in 800 reaches
-    5.3e-3 (pool 73: S_c's bf16 copy in dO S_c^T, as fla stores h). The two pools must pass."""
+    5.3e-3 (pool 73: S_c's bf16 copy in dO S_c^T, as fla stores h); with stage 4's dA' as hi + lo
+    too, the median falls from 1.1e-3 to 2.8e-4 and pool 73 stays at 5.2e-3. The two pools must
+    pass."""
     T, dk, dv = 130, 64, 64
     scale = 1.0 / np.sqrt(dk)
     ok = True

@@ -5,6 +5,8 @@
 // chunk's cumulative log-decay, Gam_ts = exp(b_t - b_s) (s <= t), per chunk c:
 //   A  dD  = dD_local + diag(exp(b_last - b)) K dS_{c+1}        fp32, written over dD_local
 //   B  dA' = scale (dO D^T) . Gam                                lower incl., input dtype
+//        (rounded once: the staged gradient stage takes it as hi + lo, for which this CTA has no
+//        8 KB left)
 //      dq  = scale diag(exp b) dO S_c^T + dA' K                  (final)
 //      dk  = diag(exp(b_last - b)) D dS_{c+1}^T + dA'^T Q        (part, fp32, for stage 5)
 //      dW  = -dD S_c^T                                           (input dtype, for stage 5)
