@@ -10,11 +10,18 @@ the arrays). Per file:
      ("all but"), and with that value alone rounded ("alone"): which rounding the draw's error
      comes from.
 Usage: python3 tests/runtime/cuda/delta_bwd_replay.py FILE [FILE ...]
+       python3 tests/runtime/cuda/delta_bwd_replay.py --self-test LAB_DUMP_WRITER
 The transcription covers the delta rule with no decay or a scalar decay and the inclusive readout,
 in bf16 or fp16; other files are reported and skipped. Exit 1 where a file cannot be read.
+--self-test writes a varlen draw whose "GPU" gradients are the transcription's own through
+lab_dump_writer (lab_dump_writer.cpp: lab_dump.h, as the lab writes) and checks that it reads
+back and replays to itself (ctest lab_dump_replay, no GPU).
 """
 import json
+import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -76,13 +83,15 @@ def pooled(values, where, name):
 
 
 def replay(path):
+    """Prints the replay of one file; returns {"sweep": worst rel-RMS of the sweep against the
+    reference, "grads": {name: (GPU error, model error, cosine)}}, or None where not replayed."""
     meta, arrays = read_dump(path)
     kind, dtype = meta["kind"], meta["dtype"]
     print(f"{path}: bwd {kind} {dtype} {meta['shape']} (seed {meta['seed']})")
     low = {"bf16": host.round_bf16, "f16": host.round_f16}.get(dtype)
     if kind not in ("delta-none", "delta-scalar") or low is None:
         print("  not replayed: the transcription covers bf16 / fp16 delta-none and delta-scalar")
-        return
+        return None
     dk, scale = int(meta["dk"]), float(meta["scale"])
     parts = pieces(meta, arrays)
     xs, where = [p[0] for p in parts], [p[1] for p in parts]
@@ -100,20 +109,20 @@ def replay(path):
         return {m: np.concatenate([g[m].ravel() for g in got]) for m in names}
 
     predicted = model(host.Rounding(low, precise))
-    failing = []
+    failing, result = [], {"sweep": worst, "grads": {}}
     print(f"  2. {'grad':<6} {'GPU':>9} {'model':>9} {'cosine':>7}")
     for m in names:
         f = GRADS[m]
         ref, gpu = pooled(arrays["ref_" + f], where, f), pooled(arrays[f], where, f)
         rg, rm = gpu - ref, predicted[m] - ref
         cos = float(rg @ rm / max(np.linalg.norm(rg) * np.linalg.norm(rm), 1e-300))
-        e = host.rel_rms(gpu, ref)
-        print(f"     {f:<6} {e:9.2e} {host.rel_rms(predicted[m], ref):9.2e} {cos:7.3f}"
-              f"{'  FAIL' if e >= GATE else ''}")
+        e, em = host.rel_rms(gpu, ref), host.rel_rms(predicted[m], ref)
+        print(f"     {f:<6} {e:9.2e} {em:9.2e} {cos:7.3f}{'  FAIL' if e >= GATE else ''}")
+        result["grads"][f] = (e, em, cos)
         if e >= GATE:
             failing.append(m)
     if not failing:
-        return
+        return result
     rounded = [n for n in host.ROUNDED_NAMES if n not in precise]
     refs = {m: pooled(arrays["ref_" + GRADS[m]], where, GRADS[m]) for m in failing}
     print(f"  3. {'value':<6} " + " ".join(f"{GRADS[m] + ' all but':>14} {GRADS[m] + ' alone':>12}"
@@ -125,12 +134,62 @@ def replay(path):
         rows.append((n, [(host.rel_rms(but[m], refs[m]), host.rel_rms(alone[m], refs[m])) for m in failing]))
     for n, errs in sorted(rows, key=lambda r: r[1][0][0]):  # the first failing gradient, best first
         print(f"     {n:<6} " + " ".join(f"{b:14.2e} {a:12.2e}" for b, a in errs))
+    return result
+
+
+def self_test(writer):
+    """A varlen bf16 delta-scalar draw (sequences of 37 and 63 tokens, two heads, strong gates)
+    through lab_dump_writer and back; the "GPU" gradients are the transcription's own."""
+    T, H, dk, dv, cu = 100, 2, 64, 32, [0, 37, 100]
+    scale = 1.0 / np.sqrt(dk)
+    rng = np.random.default_rng(29)
+    shapes = {"q": (1, T, H, dk), "k": (1, T, H, dk), "v": (1, T, H, dv), "g": (1, T, H),
+              "beta": (1, T, H), "d_o": (1, T, H, dv), "h0": (2, H, dk, dv), "d_ht": (2, H, dk, dv)}
+    inputs = {name: np.zeros(shape) for name, shape in shapes.items()}
+    grads = {f: np.zeros(shapes[src]) for f, src in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dg", "g"),
+                                                       ("dbeta", "beta"), ("dh0", "h0"))}
+    refs = {f: np.zeros_like(a) for f, a in grads.items()}
+    for n in range(2):
+        tok = slice(cu[n], cu[n + 1])
+        for h in range(H):
+            x = host.make_inputs(rng, cu[n + 1] - cu[n], dk, dv, True, 10.0, -5.0, host.round_bf16)
+            for name, key in (("q", "q"), ("k", "k"), ("v", "v"), ("g", "g"), ("beta", "beta"), ("d_o", "do")):
+                inputs[name][0, tok, h] = x[key]
+            inputs["h0"][n, h], inputs["d_ht"][n, h] = x["h0"], x["dht"]
+            ref = host.reverse_tokens(x, scale)
+            got = host.chunk_backward(x, scale, host.Rounding(host.round_bf16, host.kernel_precise(dk)))
+            for f, m in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dg", "g"), ("dbeta", "beta")):
+                refs[f][0, tok, h], grads[f][0, tok, h] = ref[m], got[m]
+            refs["dh0"][n, h], grads["dh0"][n, h] = ref["h0"], got["h0"]
+    with tempfile.TemporaryDirectory() as d:
+        args = [writer, os.path.join(d, "bwd-1.bin"), "kind=delta-scalar", "dtype=bf16",
+                f"shape=B1 T{T} H{H} dk{dk} dv{dv} varlen g>=-5", "seed=29", "B#=1", f"T#={T}", f"H#={H}",
+                f"dk#={dk}", f"dv#={dv}", "N#=2", f"scale#={float(scale)!r}", "cu_seqlens@=" + ",".join(map(str, cu))]
+        for group, dtype, tag in ((inputs, np.float32, "f32"), (refs, np.float64, "f64"), (grads, np.float64, "f64")):
+            for name, a in group.items():
+                name = "ref_" + name if group is refs else name
+                path = os.path.join(d, name)
+                a.astype(dtype).tofile(path)
+                args.append(f"{tag}:{name}={path}:" + ",".join(map(str, a.shape)))
+        subprocess.run(args, check=True)
+        meta, arrays = read_dump(args[1])
+        same = all(np.array_equal(arrays[n], inputs[n].astype(np.float32)) for n in inputs)
+        same &= all(np.array_equal(arrays["ref_" + n], refs[n]) and np.array_equal(arrays[n], grads[n]) for n in refs)
+        same &= meta["cu_seqlens"] == cu and meta["scale"] == scale
+        result = replay(args[1])
+    ok = (same and result is not None and result["sweep"] < 1e-12 and len(result["grads"]) == 6
+          and all(abs(e - em) <= 1e-12 * max(e, 1e-30) and cos > 1 - 1e-9 for e, em, cos in result["grads"].values()))
+    print(f"self-test: arrays and fields read back {'exactly' if same else 'WRONG'}; replay "
+          f"{'reproduces the draw' if ok else 'does NOT reproduce the draw'}")
+    return 0 if ok else 1
 
 
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
+    if sys.argv[1] == "--self-test" and len(sys.argv) == 3:
+        return self_test(sys.argv[2])
     ok = True
     for path in sys.argv[1:]:
         try:
