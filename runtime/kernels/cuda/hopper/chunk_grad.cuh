@@ -13,6 +13,9 @@
 //          + sum_{s < t} k_s.dk_inter_s + sum_{s < t <= t'} D[t'][s] (q_t'.k_s)
 // with dq_inter, dk_inter the first terms of dq and dk. Products on wgmma from swizzled tiles,
 // transposed operands through Transposed views (no second copies); every output written once.
+// One CTA a SM (161 KB at dk = dv = 128): the loads arrive in three copy groups on mbarriers
+// (q, k, v, d_o; dS_{c+1}; S_c), each warpgroup waiting only for what its next product reads, so
+// D and A are formed while the states are still in flight.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -45,6 +48,8 @@ struct ChunkGradTiles {
   using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::MN, GMMA::Major::MN>;  // A^T dO
 
   static constexpr int kLdE = C + 4;
+  // copy groups, in the order the products need them: q, k, v, d_o and g; dS_{c+1}; S_c
+  enum LoadGroup { kChunkTiles, kStateGradient, kState, kLoadGroups };
   struct Smem {
     alignas(1024) T q[cosize_v<Qk>];
     alignas(1024) T k[cosize_v<Qk>];
@@ -60,6 +65,7 @@ struct ChunkGradTiles {
     float r2[C];  // q_t . dq_inter_t
     float r3[C];  // k_s . dk_inter_s
     float dot[kWarpgroupThreads / 32];  // <S_c, dS_{c+1}> per warp
+    uint64_t loaded[kLoadGroups];       // the copy groups' mbarriers (tiles.cuh)
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
@@ -96,20 +102,30 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
   const auto tD = smemTile(sm.d, typename Tiles::Sq{});
   const auto tDt = smemTile(sm.d, typename Tiles::SqT{});
 
-  {  // loads: this chunk's q, k, v, d_o and the slot's two states
+  // Loads in three copy groups (Tiles::LoadGroup): the products of phase 1 that need only the
+  // chunk's tiles start while the two states (64 KB at dk = dv = 128) are still in flight.
+  using Group = typename Tiles::LoadGroup;
+  auto waitFor = [&](Group group) {
+    barrierWait(&sm.loaded[group], 0);
+    fenceToAsyncProxy();
+  };
+  if (tid == 0)
+    for (int group = 0; group < Tiles::kLoadGroups; ++group) barrierInit(&sm.loaded[group], kGradThreads);
+  __syncthreads();  // the mbarriers exist before any thread arrives
+  {
     const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
     const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV;
     loadTile<false, C, DK, kGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
     loadTile<false, C, DK, kGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
     loadTile<false, C, DV, kGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
     loadTile<false, C, DV, kGradThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV, rowV, rows);
-    loadTile<false, DK, DV, kGradThreads>(tS, 0, static_cast<const T*>(p.states) + slot, DV, DK);
-    loadTile<false, DK, DV, kGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + slot, DV, DK);
     stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
-    copyCommit();
-    copyWait<0>();
-    fenceToAsyncProxy();
-    __syncthreads();
+    copyArrive(&sm.loaded[Tiles::kChunkTiles]);
+    loadTile<false, DK, DV, kGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + slot, DV, DK);
+    copyArrive(&sm.loaded[Tiles::kStateGradient]);
+    loadTile<false, DK, DV, kGradThreads>(tS, 0, static_cast<const T*>(p.states) + slot, DV, DK);
+    copyArrive(&sm.loaded[Tiles::kState]);
+    waitFor(Tiles::kChunkTiles);
     if constexpr (Decay::kActive) {
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g, p.g, rows, h);
       __syncthreads();
@@ -150,6 +166,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
       *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = make_float2(d0, d1);
     });
   } else if (wg == 1) {
+    waitFor(Tiles::kStateGradient);
     auto thr = mmaXS.get_thread_slice(wtid);
     issue(accX);
     gemm<true>(mmaXS, thr.partition_fragment_A(tV.tensor()(_, _, 0)),
@@ -176,6 +193,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
 
   // Phase 2: dq (0), dk (1), dv (2); the pair terms of dg (2).
   if (wg == 0) {
+    waitFor(Tiles::kState);
     auto thr = mmaXS.get_thread_slice(wtid);
     issue(accX);
     gemm<true>(mmaXS, thr.partition_fragment_A(tO.tensor()(_, _, 0)),
@@ -213,6 +231,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
       });
     }
     if (wantDg) {  // <S_c, dS_{c+1}>, 16-byte vectors of both tiles
+      barrierWait(&sm.loaded[Tiles::kState], 0);
       float part = 0.f;
       for (int idx = wtid; idx < DK * DV / 8; idx += kWarpgroupThreads) {
         const int d = idx / (DV / 8), v = (idx % (DV / 8)) * 8;
@@ -230,6 +249,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
       if ((wtid & 31) == 0) sm.dot[wtid / 32] = part;
     }
   } else {
+    waitFor(Tiles::kStateGradient);
     typename Tiles::MmaKdS mma;
     auto thr = mma.get_thread_slice(wtid);
     Tensor acc = partition_fragment_C(mma, Shape<Int<C>, Int<DV>>{});

@@ -333,6 +333,36 @@ __device__ inline void copyWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Copy groups that one warpgroup can wait for while the others compute: every thread of the CTA
+// issues its share of a group's cp.async copies, then copyArrive() on the group's mbarrier (set up
+// by barrierInit with the CTA's thread count, before any thread arrives); barrierWait() returns
+// once every thread's copies up to its arrival have landed, and makes them visible to the waiting
+// thread (a fenceToAsyncProxy() must still precede a wgmma that reads them).
+__device__ inline void barrierInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(count)
+               : "memory");
+}
+/// The executing thread's arrival on `bar`, made once all of its cp.async copies so far have landed.
+__device__ inline void copyArrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+/// Waits for phase `parity` (0 for the first) of `bar` to complete.
+__device__ inline void barrierWait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra LAB_WAIT;\n"
+      "}\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+      "r"(parity)
+      : "memory");
+}
+
 /// Copies rows [0, R) of a global [R, Cc] block (row r at `src + r * rowStride` elements, Cc
 /// contiguous) into stage `stage` of tile `dst`, indexed (r, c) for a RowTile or (c, r) for a
 /// ColTile (kColMajor); rows at or past `rows` are zero-filled. All kThreads threads call it.
