@@ -16,8 +16,9 @@
 //
 // Shared memory, by phase: q is read by the first batch only, so A (fp32) takes its place; T and
 // T diag(exp(b)) take A's once every thread holds its share of X in registers. At dk <= 128 that
-// is ~51 KB, four CTAs a SM (the stage waits on memory: more CTAs keep more loads in flight). V
-// lands in its own copy group, waited for only before the products that read it.
+// is ~51 KB, four CTAs a SM where three fitted before (each CTA's work is one dependent sequence,
+// so more CTAs keep more loads in flight: 260 -> 243 us at B8 T4096 H8 D128 on an H100). V lands
+// in its own copy group, waited for only before the products that read it.
 #pragma once
 
 #include "../chunk_slots.cuh"
