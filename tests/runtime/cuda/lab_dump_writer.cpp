@@ -7,6 +7,7 @@
 // or an I/O error.
 #include "lab_dump.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -17,16 +18,14 @@
 
 namespace {
 
-double number(const std::string& text) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(text, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size()) throw std::invalid_argument("not a number: " + text);
-  return x;
+/// The whole of `text` as a V, else invalid_argument naming `what`.
+template <class V>
+V parsed(const std::string& text, const char* what) {
+  V value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    throw std::invalid_argument(std::string("not ") + what + ": " + text);
+  return value;
 }
 
 std::vector<int64_t> integers(const std::string& text) {
@@ -34,16 +33,8 @@ std::vector<int64_t> integers(const std::string& text) {
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    size_t used = 0;
-    int64_t n = 0;
-    try {
-      n = std::stoll(item, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size()) throw std::invalid_argument("not an integer: " + item);
-    out.push_back(n);
+    out.push_back(parsed<int64_t>(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos),
+                                  "an integer"));
     pos = comma == std::string::npos ? text.size() : comma + 1;
   }
   return out;
@@ -89,7 +80,7 @@ int main(int argc, char** argv) {
       const size_t eq = arg.find('=');
       if (eq == std::string::npos || eq == 0) throw std::invalid_argument("field: " + arg);
       const std::string value = arg.substr(eq + 1);
-      if (arg[eq - 1] == '#') dump.meta(arg.substr(0, eq - 1), number(value));
+      if (arg[eq - 1] == '#') dump.meta(arg.substr(0, eq - 1), parsed<double>(value, "a number"));
       else if (arg[eq - 1] == '@') dump.meta(arg.substr(0, eq - 1), integers(value));
       else dump.meta(arg.substr(0, eq), value);
     }
