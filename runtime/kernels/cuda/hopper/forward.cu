@@ -1,8 +1,8 @@
 // The Hopper forward's entry points: which calls it takes, and the dispatch over element type, key
 // dim and decay class to the instantiations in forward_<dtype>_k<dk>.cu. Key dim 256 and value
 // dims above 256 (Gated DeltaNet at the 340m and 1.3b presets: dk 256, dv 512) are taken unless
-// LINAC_HOPPER_WIDE=0 (their state stage spills 68-136 bytes at dk 256 and still runs 2.1x faster
-// than the mma.sync kernel at those heads on the H200: kernels/cuda/NOTES.md).
+// LINAC_HOPPER_WIDE=0 (2.1x faster than the mma.sync kernel at those heads on the H200 when their
+// state stage still spilled 68-136 bytes at dk 256: kernels/cuda/NOTES.md).
 #include "hopper_forward.h"
 
 #include "../autotune.h"
@@ -20,9 +20,9 @@
 namespace linac::kernels::cuda::hopper {
 
 template <class T, int DK, class Decay>
-void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream);
+void runStages(bool delta, ForwardParams p, cudaStream_t stream);
 template <class T, int DK, bool kExclusive>
-void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream);
+void runDiagonalStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -41,42 +41,40 @@ bool isHopper() {
 }
 
 template <class T, int DK>
-void runDecay(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens, int64_t slots,
-              cudaStream_t stream) {
+void runDecay(const RecurrenceKind& kind, const ForwardParams& p, cudaStream_t stream) {
   const bool delta = kind.update == UpdateRule::Delta;
   switch (kind.decay) {
-    case DecayClass::None: runStages<T, DK, NoDecay>(delta, p, tokens, slots, stream); break;
-    case DecayClass::Fixed: runStages<T, DK, FixedDecay>(delta, p, tokens, slots, stream); break;
-    case DecayClass::Scalar: runStages<T, DK, ScalarDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::None: runStages<T, DK, NoDecay>(delta, p, stream); break;
+    case DecayClass::Fixed: runStages<T, DK, FixedDecay>(delta, p, stream); break;
+    case DecayClass::Scalar: runStages<T, DK, ScalarDecay>(delta, p, stream); break;
     case DecayClass::Diagonal:
       LINAC_REQUIRE(!delta, "hopper forward: the delta rule with a diagonal decay");
       if (kind.readout == Readout::ExclusiveBonus)
-        runDiagonalStages<T, DK, true>(p, tokens, slots, stream);
+        runDiagonalStages<T, DK, true>(p, stream);
       else
-        runDiagonalStages<T, DK, false>(p, tokens, slots, stream);
+        runDiagonalStages<T, DK, false>(p, stream);
       break;
   }
 }
 
 /// Key dim 256: decay none / fixed / scalar (the diagonal decay's preparation takes 64 and 128).
 template <class T>
-void runWideKeys(const RecurrenceKind& kind, const ForwardParams& p, int64_t tokens, int64_t slots,
-                 cudaStream_t stream) {
+void runWideKeys(const RecurrenceKind& kind, const ForwardParams& p, cudaStream_t stream) {
   const bool delta = kind.update == UpdateRule::Delta;
   switch (kind.decay) {
-    case DecayClass::None: runStages<T, 256, NoDecay>(delta, p, tokens, slots, stream); break;
-    case DecayClass::Fixed: runStages<T, 256, FixedDecay>(delta, p, tokens, slots, stream); break;
-    case DecayClass::Scalar: runStages<T, 256, ScalarDecay>(delta, p, tokens, slots, stream); break;
+    case DecayClass::None: runStages<T, 256, NoDecay>(delta, p, stream); break;
+    case DecayClass::Fixed: runStages<T, 256, FixedDecay>(delta, p, stream); break;
+    case DecayClass::Scalar: runStages<T, 256, ScalarDecay>(delta, p, stream); break;
     case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: a diagonal decay at key dim 256");
   }
 }
 
 template <class T>
 void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_dim,
-               int64_t tokens, int64_t slots, cudaStream_t stream) {
-  if (key_dim == 64) runDecay<T, 64>(kind, p, tokens, slots, stream);
-  else if (key_dim == 128) runDecay<T, 128>(kind, p, tokens, slots, stream);
-  else runWideKeys<T>(kind, p, tokens, slots, stream);
+               cudaStream_t stream) {
+  if (key_dim == 64) runDecay<T, 64>(kind, p, stream);
+  else if (key_dim == 128) runDecay<T, 128>(kind, p, stream);
+  else runWideKeys<T>(kind, p, stream);
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
@@ -131,14 +129,16 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;
+  p.tokens = tokens;
+  p.slots = slots;
   auto run = [&](bool late, bool overlap) {
     ForwardParams q = p;
     q.late_loads = late;
     q.overlap = overlap;
     if (dtype == DType::BF16)
-      runKeyDim<cutlass::bfloat16_t>(kind, q, s.key_dim, tokens, slots, stream);
+      runKeyDim<cutlass::bfloat16_t>(kind, q, s.key_dim, stream);
     else
-      runKeyDim<cutlass::half_t>(kind, q, s.key_dim, tokens, slots, stream);
+      runKeyDim<cutlass::half_t>(kind, q, s.key_dim, stream);
   };
   if (kind.update != UpdateRule::Delta || s.key_dim > 128) {  // no choice (dk 256 loads late always)
     run(false, false);

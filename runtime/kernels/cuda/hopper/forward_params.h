@@ -31,6 +31,8 @@ struct ForwardParams {
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;       // T
   int64_t chunks_per_seq;  // ceil(T / C) (padded batches; chunk slots, chunk_slots.cuh)
+  int64_t tokens;        // B * T
+  int64_t slots;         // chunk slots of the batch (chunk_slots.cuh)
   int num_seqs;          // N
   int heads;             // H
   int value_dim;         // dv

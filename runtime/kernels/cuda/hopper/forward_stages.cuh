@@ -29,20 +29,47 @@ auto stateOutputReady() {
   return kernel;
 }
 
+/// The state stage's tensor maps (tma.cuh): q, k, w and v / u as (width, heads, tokens, sequences)
+/// (a packed batch is one sequence of all its tokens), P as its [slots H C, C] rows.
+template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate>
+auto stateOutputMaps(const ForwardParams& p) {
+  using Tiles = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>;
+  constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
+  typename Tiles::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? p.tokens : p.seq_len;
+  auto rows = [&](CUtensorMap* map, const void* base, int64_t width, auto encode) {
+    const int64_t dims[4] = {width, p.heads, len, seqs};
+    const int64_t strides[3] = {width, p.heads * width, len * p.heads * width};
+    return encode(map, base, 4, dims, strides, 2, kChunk);
+  };
+  bool ok = rows(&maps.q, kDiag ? p.qd : p.q, DK, encodeBoxMap<T, DK>) &&
+            rows(&maps.k, kDiag ? p.kd : p.k, DK, encodeBoxMap<T, DK>) &&
+            (!kDelta || rows(&maps.w, p.w, DK, encodeBoxMap<T, DK>)) &&
+            rows(&maps.xin, kDelta ? p.u : p.v, p.value_dim, encodeBoxMap<T, BV>);
+  if constexpr (Tiles::kLoadP) {
+    const int64_t dims[2] = {kChunk, p.slots * p.heads * kChunk}, strides[1] = {kChunk};
+    ok = ok && encodeBoxMap<T, kChunk>(&maps.p, p.pd, 2, dims, strides, 1, kChunk);
+  }
+  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the state stage's operands (a driver without "
+                    "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
+  return maps;
+}
+
 /// The state stage for one value block; the delta rule's in the overlapped order where p.overlap
 /// asks for it (state_output.cuh, kOverlap).
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
 void launchStateOutputBlock(const ForwardParams& p, cudaStream_t stream) {
   const dim3 grid(p.value_dim / BV, p.heads, p.num_seqs);
   constexpr size_t bytes = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::kSmemBytes;
+  const auto maps = stateOutputMaps<T, DK, BV, Decay, kDelta, kLate>(p);
   if constexpr (kDelta) {
     if (p.overlap) {
-      stateOutputReady<T, DK, BV, Decay, true, kLate, true>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
+      stateOutputReady<T, DK, BV, Decay, true, kLate, true>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p, maps);
       LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel (overlapped)");
       return;
     }
   }
-  stateOutputReady<T, DK, BV, Decay, kDelta, kLate>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p);
+  stateOutputReady<T, DK, BV, Decay, kDelta, kLate>()<<<grid, kWarpgroupThreads, bytes, stream>>>(p, maps);
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateOutputKernel");
 }
 
@@ -109,10 +136,10 @@ void launchPrepareDV(const ForwardParams& p, const PrepareOutputs& out, int64_t 
   }
 }
 
-/// The forward for one (T, DK, Decay); `tokens` = B * T, `slots` the chunk slots of the batch
-/// (chunk_slots.cuh).
+/// The forward for one (T, DK, Decay).
 template <class T, int DK, class Decay>
-void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream) {
+void runStages(bool delta, ForwardParams p, cudaStream_t stream) {
+  const int64_t tokens = p.tokens, slots = p.slots;
   if (!delta) {
     launchStateOutput<T, DK, Decay, false>(p, stream);
     return;
@@ -133,8 +160,9 @@ void runStages(bool delta, ForwardParams p, int64_t tokens, int64_t slots, cudaS
 /// The additive rule with a diagonal decay (opt-in, hopper_forward.h): the per-channel factors once
 /// per chunk and head, then the state stage on them.
 template <class T, int DK, bool kExclusive>
-void runDiagonalStages(ForwardParams p, int64_t tokens, int64_t slots, cudaStream_t stream) {
+void runDiagonalStages(ForwardParams p, cudaStream_t stream) {
   constexpr int C = kChunk;
+  const int64_t tokens = p.tokens, slots = p.slots;
   const size_t keyBytes = size_t(tokens) * p.heads * DK * sizeof(T);
   const size_t pBytes = size_t(slots) * p.heads * C * C * sizeof(T);
   const size_t decayBytes = size_t(slots) * p.heads * DK * sizeof(float);
@@ -173,13 +201,11 @@ bool hasHopperCode() {
 // The stages of decay none / fixed / scalar (every key dim), then with the diagonal decay's too
 // (key dims 64 and 128).
 #define LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                         \
-  template void runStages<T, DK, NoDecay>(bool, ForwardParams, int64_t, int64_t, cudaStream_t); \
-  template void runStages<T, DK, FixedDecay>(bool, ForwardParams, int64_t, int64_t,             \
-                                             cudaStream_t);                                     \
-  template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, int64_t, int64_t,            \
-                                              cudaStream_t);
+  template void runStages<T, DK, NoDecay>(bool, ForwardParams, cudaStream_t);                   \
+  template void runStages<T, DK, FixedDecay>(bool, ForwardParams, cudaStream_t);                \
+  template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, cudaStream_t);
 #define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
   LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                                \
-  template void runDiagonalStages<T, DK, false>(ForwardParams, int64_t, int64_t, cudaStream_t); \
-  template void runDiagonalStages<T, DK, true>(ForwardParams, int64_t, int64_t, cudaStream_t);  \
+  template void runDiagonalStages<T, DK, false>(ForwardParams, cudaStream_t);                   \
+  template void runDiagonalStages<T, DK, true>(ForwardParams, cudaStream_t);                    \
   template bool hasHopperCode<T, DK>();

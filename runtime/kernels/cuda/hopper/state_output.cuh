@@ -26,11 +26,15 @@
 // state's chain S_c -> W S -> X -> K^T X -> S_{c+1} first in each batch: W S and K^T X are
 // committed as batches of their own and waited for alone, so Q S runs while X is formed and P X
 // while the new state is published.
+// A chunk's tiles (q, w, k, v or u, P) arrive by tensor-map copies issued by one thread (tma.cuh),
+// completing on the stage's mbarrier with the log-decays' cp.async; rows past a batch's end are
+// zeros from the copy, rows past a packed sequence's end are zeroed here.
 #pragma once
 
 #include "chunk_decay.cuh"
 #include "forward_params.h"
 #include "tiles.cuh"
+#include "tma.cuh"
 
 namespace linac::kernels::cuda::hopper {
 
@@ -52,6 +56,12 @@ struct StateOutputTiles {
   using MmaPX = WarpgroupMma<T, C, BV, C, GMMA::Major::K, GMMA::Major::MN>;   // P X
   using MmaKX = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>; // K^T X
 
+  // The tiles' tensor maps (tma.cuh): q, k, w boxes of [tokens, H, DK], v / u of [tokens, H, DV],
+  // each as (columns, heads, tokens, sequences); P of [slots H C, C].
+  struct Maps {
+    CUtensorMap q, k, w, xin, p;
+  };
+
   struct Smem {
     alignas(1024) T q[cosize_v<Qw>];
     alignas(1024) T k[cosize_v<Qk>];
@@ -64,6 +74,8 @@ struct StateOutputTiles {
     float g[2][C];
     float b[C];
     alignas(16) float decay[kDiag ? 2 : 1][kDiag ? DK : 4];  // exp(b_last) per channel
+    uint64_t loaded[2];  // a stage's tiles (with kLate, all but q and w) have landed
+    uint64_t qwLoaded;   // (kLate) q and w have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack
 };
@@ -77,7 +89,8 @@ using StateOutputTilesFor =
 
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false, bool kOverlap = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
-    stateOutputKernel(const ForwardParams p) {
+    stateOutputKernel(const ForwardParams p,
+                      const __grid_constant__ typename StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::Maps maps) {
   // A diagonal decay arrives applied (diagonal_prepare.cuh): q and k are qd and kd, P is loaded
   // instead of computed, and the state's rows are scaled by exp(b_last) per channel.
   constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
@@ -104,11 +117,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   }
   const int numChunks = int((len + C - 1) / C);
 
-  const T* q = static_cast<const T*>(kDiag ? p.qd : p.q);
-  const T* k = static_cast<const T*>(kDiag ? p.kd : p.k);
+  // q (qd), k (kd), w, v (u) and P arrive through `maps`
   const int64_t slot0 = p.cu_seqlens ? bos / C + n : int64_t(n) * p.chunks_per_seq;
-  const T* xin = static_cast<const T*>(kDelta ? p.u : p.v);  // [B, T, H, dv]
-  const T* w = static_cast<const T*>(p.w);
   T* o = static_cast<T*>(p.o);
 
   const auto tQ = smemTile(sm.q, typename Tiles::Qw{});     // (C, DK, 1 or 2)
@@ -166,39 +176,57 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   });
   publishState();
 
-  const int64_t rowQK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t rowV = int64_t(H) * DV;
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
-  auto loadQw = [&](int c, int stage) {  // what only the first batch reads
-    const int64_t offQK = (bos + int64_t(c) * C) * rowQK + int64_t(h) * DK;
-    loadTile<false, C, DK, kWarpgroupThreads>(tQ, stage, q + offQK, rowQK, rowsOf(c));
-    if constexpr (kDelta)
-      loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + offQK, rowQK, rowsOf(c));
-  };
-  auto loadRest = [&](int c, int stage) {
-    const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = rowsOf(c);
-    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + tok0 * rowQK + int64_t(h) * DK, rowQK,
-                                              rows);
-    loadTile<true, C, BV, kWarpgroupThreads>(tXin, stage, xin + tok0 * rowV + int64_t(h) * DV + v0,
-                                             rowV, rows);
-    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
-    if constexpr (kLoadP) {
-      const int64_t slot = (slot0 + c) * H + h;
-      loadTile<false, C, C, kWarpgroupThreads>(tP, stage, static_cast<const T*>(p.pd) + slot * C * C,
-                                               C, C);
-      if constexpr (kDiag) {
-        if (tid < DK / 4)
-          copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.decay[stage][4 * tid])),
-                 p.decay + slot * DK + 4 * tid, true);
+  // The maps' coordinates of chunk c's first token: (token, sequence), a packed batch being one
+  // sequence of all its tokens.
+  const int mapSeq = p.cu_seqlens ? 0 : n;
+  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  constexpr uint32_t kQwBytes = (kDelta ? 2 : 1) * C * DK * sizeof(T);
+  constexpr uint32_t kRestBytes = (C * DK + C * BV + (kLoadP ? C * C : 0)) * sizeof(T);
+
+  // Chunk c's copies into `stage` (with kLate, q and w on their own mbarrier, into their one
+  // stage): thread 0 announces the boxes' bytes and issues them; every thread arrives once its
+  // cp.async copies (the log-decays, the diagonal decay) have landed.
+  auto loadChunk = [&](int c, int stage, bool withQw) {
+    uint64_t* bar = &sm.loaded[stage];
+    const int t = mapToken(c);
+    if (tid == 0) {
+      barrierExpectBytes(bar, kRestBytes + (withQw ? kQwBytes : 0));
+      if (withQw) {
+        bulkLoadTile4d<false, C, DK>(tQ, stage, &maps.q, 0, h, t, mapSeq, bar);
+        if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, t, mapSeq, bar);
       }
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, t, mapSeq, bar);
+      bulkLoadTile4d<true, C, BV>(tXin, stage, &maps.xin, v0, h, t, mapSeq, bar);
+      if constexpr (kLoadP) bulkLoadTile2d<false, C, C>(tP, stage, &maps.p, int(((slot0 + c) * H + h) * C), bar);
     }
+    stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
+    if constexpr (kDiag) {
+      if (tid < DK / 4)
+        copy16(sharedAddress(&sm.decay[stage][4 * tid]), p.decay + ((slot0 + c) * H + h) * DK + 4 * tid, true);
+    }
+    copyArrive(bar);
+  };
+  auto loadLateQw = [&](int c) {
+    if (tid == 0) {
+      barrierExpectBytes(&sm.qwLoaded, kQwBytes);
+      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken(c), mapSeq, &sm.qwLoaded);
+      if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, mapToken(c), mapSeq, &sm.qwLoaded);
+    }
+    copyArrive(&sm.qwLoaded);
   };
 
-  if (numChunks > 0) {
-    loadQw(0, 0);
-    loadRest(0, 0);
+  if (tid == 0) {
+    barrierInit(&sm.loaded[0], kWarpgroupThreads);
+    barrierInit(&sm.loaded[1], kWarpgroupThreads);
+    barrierInit(&sm.qwLoaded, kWarpgroupThreads);
   }
-  copyCommit();
+  __syncthreads();  // the mbarriers exist before any thread arrives
+  if (numChunks > 0) {
+    loadChunk(0, 0, !kLate);
+    if constexpr (kLate) loadLateQw(0);
+  }
 
   // kOverlap is a compile-time choice: with a run-time one, ptxas cannot pair each wait with its
   // batch and serializes every wgmma of the kernel (C7514).
@@ -208,14 +236,17 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     const int64_t tok0 = bos + int64_t(c) * C;
     const int rows = rowsOf(c);
     const int qwStage = kLate ? 0 : stage;
-    copyWait<0>();
+    barrierWait(&sm.loaded[stage], uint32_t(c >> 1) & 1u);  // the stage's (c / 2)-th fill
+    if constexpr (kLate) barrierWait(&sm.qwLoaded, uint32_t(c) & 1u);
+    if (p.cu_seqlens != nullptr && rows < C) {  // a packed batch's boxes ran into the next sequence
+      zeroRows<false, C, DK, kWarpgroupThreads>(tQ, qwStage, rows);
+      if constexpr (kDelta) zeroRows<false, C, DK, kWarpgroupThreads>(tW, qwStage, rows);
+      zeroRows<false, C, DK, kWarpgroupThreads>(tK, stage, rows);
+      zeroRows<true, C, BV, kWarpgroupThreads>(tXin, stage, rows);
+    }
     fenceToAsyncProxy();  // this chunk's tiles and (from the last chunk) S, for the tensor cores
     __syncthreads();      // ... and every thread is done with the other stage
-    if (c + 1 < numChunks) {
-      if constexpr (!kLate) loadQw(c + 1, stage ^ 1);
-      loadRest(c + 1, stage ^ 1);
-    }
-    copyCommit();
+    if (c + 1 < numChunks) loadChunk(c + 1, stage ^ 1, !kLate);
     if constexpr (Decay::kActive) {
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g[stage], p.g, rows, h);
     }
@@ -244,8 +275,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     // sm.b; without kOverlap also every read of q and w done (with it, Q S may still read them)
     if constexpr (Decay::kActive || kLate) __syncthreads();
     if constexpr (kLate && !kOverlap) {
-      if (c + 1 < numChunks) loadQw(c + 1, 0);
-      copyCommit();
+      if (c + 1 < numChunks) loadLateQw(c + 1);
     }
     if constexpr (kOverlap) waitBatches<1>(accX);  // W S
 
@@ -313,8 +343,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
     fenceToAsyncProxy();
     __syncthreads();  // X's tiles; with kOverlap also every read of q and w done
     if constexpr (kLate && kOverlap) {
-      if (c + 1 < numChunks) loadQw(c + 1, 0);
-      copyCommit();
+      if (c + 1 < numChunks) loadLateQw(c + 1);
     }
 
     // Products that finish the chunk: S += K^T X_decayed, O += P X; with kOverlap, the state's

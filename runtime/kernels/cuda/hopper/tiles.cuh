@@ -383,4 +383,16 @@ __device__ void loadTile(const Tile& dst, int stage, const T* src, int64_t rowSt
   }
 }
 
+/// Zeroes rows [from, R) of stage `stage` of tile `dst` ([R, Cc] as loadTile indexes it), in
+/// 16-byte stores. All kThreads threads call it.
+template <bool kColMajor, int R, int Cc, int kThreads, class Tile>
+__device__ void zeroRows(const Tile& dst, int stage, int from) {
+  constexpr int kVec = 8;  // 16-bit elements per 16 bytes
+  static_assert(Cc % kVec == 0, "rows are zeroed in 16-byte vectors");
+  for (int i = int(threadIdx.x) % kThreads + from * (Cc / kVec); i < R * (Cc / kVec); i += kThreads) {
+    const int r = i / (Cc / kVec), c = (i % (Cc / kVec)) * kVec;
+    sts128(kColMajor ? dst.at(c, r, stage) : dst.at(r, c, stage), make_uint4(0, 0, 0, 0));
+  }
+}
+
 }  // namespace linac::kernels::cuda::hopper
