@@ -8,7 +8,6 @@
 #include "hopper/hopper_forward.h"
 #endif
 
-#include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,10 +48,7 @@ void chunkForward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   const int64_t num_seqs = checkedNumSeqs(shape, "chunkForward");
   if (num_seqs == 0) return;
 #ifdef LINAC_HAVE_HOPPER
-  // the Hopper stages read q, k, v through tensor maps, which take 16-byte aligned tensors
-  const bool aligned = (reinterpret_cast<uintptr_t>(args.q) | reinterpret_cast<uintptr_t>(args.k) |
-                        reinterpret_cast<uintptr_t>(args.v)) % 16 == 0;
-  if (aligned && hopper::forwardSupported(kind, dtype, shape)) {
+  if (hopper::tensorMapAligned({args.q, args.k, args.v}) && hopper::forwardSupported(kind, dtype, shape)) {
     hopper::forward(kind, dtype, shape, args, num_seqs, stream);
     return;
   }

@@ -260,6 +260,7 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
   const bool wideDelta = kind.update == UpdateRule::Delta && s.key_dim == 256 && s.value_dim == 512 &&
                          wideDeltaBackwardEnabled();
   if (!narrow && !wideDelta) return false;
+  if (!tensorMapAligned({a.fwd.q, a.fwd.k, a.fwd.v, a.d_o})) return false;
   RecurrenceKind forwardKind = kind;  // the same device and build checks as the forward
   return forwardSupported(forwardKind, dtype, s);
 }

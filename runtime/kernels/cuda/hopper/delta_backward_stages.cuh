@@ -31,6 +31,21 @@ void setDeltaBwdSmem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+/// The state passes' tensor maps (delta_bwd_common.cuh), once p.w points at its workspace.
+template <class T, int DK, int BV>
+DeltaStateMaps deltaStateMaps(const DeltaBackwardParams& p, int64_t tokens) {
+  DeltaStateMaps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, len, seqs, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, len, seqs, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.w, p.w, DK, p.heads, len, seqs, kChunk) &&
+                  encodeTokenMap<T, BV>(&maps.d_o, p.d_o, p.value_dim, p.heads, len, seqs, kChunk);
+  LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the state passes' operands (a driver "
+                    "without cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than "
+                    "2^31 rows)");
+  return maps;
+}
+
 /// `tokens` = B * T, `slots` the chunk slots of the batch (chunk_slots.cuh). p carries the inputs
 /// and gradients; the workspaces are set here.
 template <class T, int DK, int DV, class Decay>
@@ -75,6 +90,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   const dim3 chunkGrid(unsigned(slots), p.heads);
   const dim3 gradGrid(unsigned(slots), p.heads, kKeyBlocks);
   const dim3 stateGrid(DV / BV, p.heads, p.num_seqs);
+  const DeltaStateMaps maps = deltaStateMaps<T, DK, BV>(p, tokens);
   if (slots > 0) {
     auto kernel = deltaBwdPrepareKernel<T, DK, DV, Decay>;
     constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
@@ -88,7 +104,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     constexpr size_t bytes = DeltaBwdForwardStateTiles<T, DK, BV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
-    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
   }
   if constexpr (kFusable) {
@@ -107,7 +123,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
-    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
   }
   if (slots > 0 && !fused) {

@@ -11,8 +11,16 @@
 #include "../chunk_slots.cuh"
 #include "chunk_decay.cuh"
 #include "tiles.cuh"
+#include "tma.cuh"
 
 namespace linac::kernels::cuda::hopper {
+
+/// The state passes' tensor maps (tma.cuh): q, k, w as (DK, 1, C, 1) boxes of [tokens, H, dk],
+/// d_o as (BV, 1, C, 1) boxes of [tokens, H, dv], each (width, heads, tokens, sequences) with a
+/// packed batch one sequence of all its tokens.
+struct DeltaStateMaps {
+  CUtensorMap q, k, w, d_o;
+};
 
 /// Per-chunk scalars in shared memory: the log-decays as staged, their cumsum, beta.
 struct DeltaChunkScalars {

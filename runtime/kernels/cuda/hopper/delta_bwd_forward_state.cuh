@@ -11,9 +11,10 @@
 // (host transcription, 800 draws). At dk 256 the second product's operands spilled this kernel
 // (+4% on Gated DeltaNet's 340m backward) and the transcription's dg did not move with it
 // (delta_bwd_host_check.py, kernel_precise), so there D is rounded once. The next chunk's
-// W, K, U and g are copied by cp.async into the other of two stages while this one computes (U
-// read from global memory inside the chunk stalled the no-decay instantiation: ptxas placed those
-// loads between the W S wgmma and their use, ~2.7x the scalar decay's stage time under ncu).
+// W and K (tensor-map copies, tma.cuh), U and g (cp.async) land in the other of two stages on its
+// mbarrier while this one computes (U read from global memory inside the chunk stalled the
+// no-decay instantiation: ptxas placed those loads between the W S wgmma and their use, ~2.7x the
+// scalar decay's stage time under ncu).
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -44,13 +45,14 @@ struct DeltaBwdForwardStateTiles {
     alignas(16) float u[2][C * kLdU];
     float g[2][C];
     double b[C];
+    uint64_t loaded[2];  // a stage's copies have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
 template <class T, int DK, int BV, class Decay>
 __global__ void __launch_bounds__(kWarpgroupThreads, 2)
-    deltaBwdForwardStateKernel(const DeltaBackwardParams p) {
+    deltaBwdForwardStateKernel(const DeltaBackwardParams p, const __grid_constant__ DeltaStateMaps maps) {
   using Tiles = DeltaBwdForwardStateTiles<T, DK, BV>;
   using MmaWS = typename Tiles::MmaWS;
   using MmaKX = typename Tiles::MmaKX;
@@ -63,9 +65,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   int64_t bos, len, coff;
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
-  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
-  const T* w = static_cast<const T*>(p.w);
-  const T* k = static_cast<const T*>(p.k);
+  const int64_t rowV = int64_t(H) * DV;
   T* states = static_cast<T*>(p.states);
 
   const auto tW = smemTile(sm.w, typename Tiles::Wk{});    // (C, DK, 2)
@@ -104,12 +104,19 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
 
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   constexpr int kLdU = Tiles::kLdU, kUVecs = BV / 4;  // 16-byte vectors per U row
+  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
+  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  // Thread 0 announces and issues W's and K's boxes; every thread arrives once its cp.async
+  // copies (U, g) have landed.
   auto loadChunk = [&](int c, int stage) {
+    uint64_t* bar = &sm.loaded[stage];
     const int64_t tok0 = bos + int64_t(c) * C;
-    const int64_t off = tok0 * rowK + int64_t(h) * DK;
     const int rows = rowsOf(c);
-    loadTile<false, C, DK, kWarpgroupThreads>(tW, stage, w + off, rowK, rows);
-    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, k + off, rowK, rows);
+    if (tid == 0) {
+      barrierExpectBytes(bar, 2 * C * DK * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, mapToken(c), mapSeq, bar);
+    }
     const float* ud = p.ud + tok0 * rowV + int64_t(h) * DV + v0;  // [t, BV] of [B, T, H, dv]
     for (int i = tid; i < C * kUVecs; i += kWarpgroupThreads) {
       const int t = i / kUVecs, v = (i % kUVecs) * 4;
@@ -118,18 +125,26 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
              ud + (valid ? t * rowV + v : 0), valid);
     }
     stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
+    copyArrive(bar);
   };
+  if (tid == 0) {
+    barrierInit(&sm.loaded[0], kWarpgroupThreads);
+    barrierInit(&sm.loaded[1], kWarpgroupThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
   if (numChunks > 0) loadChunk(0, 0);
-  copyCommit();
 
   for (int c = 0; c < numChunks; ++c) {
     const int stage = c & 1, rows = rowsOf(c);
     const int64_t tok0 = bos + int64_t(c) * C;
-    copyWait<0>();
+    barrierWait(&sm.loaded[stage], uint32_t(c >> 1) & 1u);  // the stage's (c / 2)-th fill
+    if (p.cu_seqlens != nullptr && rows < C) {  // a packed batch's boxes ran into the next sequence
+      zeroRows<false, C, DK, kWarpgroupThreads>(tW, stage, rows);
+      zeroRows<false, C, DK, kWarpgroupThreads>(tK, stage, rows);
+    }
     fenceToAsyncProxy();  // this chunk's tiles and S's copy, for the tensor cores
     __syncthreads();      // ... and every thread is done with the other stage
     if (c + 1 < numChunks) loadChunk(c + 1, stage ^ 1);
-    copyCommit();
     if (tid < 32) chunkCumsumDouble<Decay>(sm.b, sm.g[stage]);
 
     T* slot = states + ((coff + c) * H + h) * int64_t(DK) * DV + v0;  // states[c] = S_c

@@ -7,9 +7,10 @@
 //   dS <- exp(b_last) dS + Q^T (scale diag(exp(b)) dO) - W^T dD     = dS_c;  d_h0 = dS at the end
 // K dS takes dS as hi + lo (two wgmma): with a bf16 dS the host transcription measured dbeta at
 // 3.8e-3 against the 5e-3 gate. W^T dD reads dD in the input dtype (below 3e-4 in every gradient).
-// K, d_o and g are double-buffered (cp.async, one chunk ahead); q and w, which only the second
-// product reads, have one stage, refilled as soon as that product is done and waited for only
-// before the next one, so the CTA fits two per SM at dk = 128.
+// K, d_o and g are double-buffered (one chunk ahead); q and w, which only the second product
+// reads, have one stage, refilled as soon as that product is done and waited for only before the
+// next one, so the CTA fits two per SM at dk = 128. The tiles arrive by tensor-map copies
+// (tma.cuh), g by cp.async, each group on its mbarrier.
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -40,13 +41,15 @@ struct DeltaBwdReverseStateTiles {
     alignas(1024) T sLo[cosize_v<S>];
     float g[2][C];
     double b[C];
+    uint64_t firstLoaded[2];  // a stage's k, d_o and g have landed
+    uint64_t secondLoaded;    // q and w have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
 template <class T, int DK, int BV, class Decay>
 __global__ void __launch_bounds__(kWarpgroupThreads, 2)
-    deltaBwdReverseStateKernel(const DeltaBackwardParams p) {
+    deltaBwdReverseStateKernel(const DeltaBackwardParams p, const __grid_constant__ DeltaStateMaps maps) {
   using Tiles = DeltaBwdReverseStateTiles<T, DK, BV>;
   using MmaKS = typename Tiles::MmaKS;
   using MmaXY = typename Tiles::MmaXY;
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   int64_t bos, len, coff;
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
-  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t rowV = int64_t(H) * DV;
 
   const auto tK = smemTile(sm.k, typename Tiles::K{});       // (C, DK, 2)
   const auto tQ = smemTile(sm.q, typename Tiles::Qw{});      // (C, DK)
@@ -107,34 +110,52 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   auto chunkOf = [&](int i) { return numChunks - 1 - i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   auto tokOf = [&](int c) { return bos + int64_t(c) * C; };
+  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
+  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  // Copy groups: thread 0 announces and issues the boxes; every thread arrives once its cp.async
+  // copies (g) have landed. first(i) fills stage i % 2 of k and d_o; second(i) q and w.
   auto loadFirst = [&](int c, int stage) {  // what the first product and the scaling read
-    loadTile<false, C, DK, kWarpgroupThreads>(tK, stage, static_cast<const T*>(p.k) + tokOf(c) * rowK +
-                                              int64_t(h) * DK, rowK, rowsOf(c));
-    loadTile<true, C, BV, kWarpgroupThreads>(tO, stage, static_cast<const T*>(p.d_o) + tokOf(c) * rowV +
-                                             int64_t(h) * DV + v0, rowV, rowsOf(c));
+    uint64_t* bar = &sm.firstLoaded[stage];
+    if (tid == 0) {
+      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<true, C, BV>(tO, stage, &maps.d_o, v0, h, mapToken(c), mapSeq, bar);
+    }
     stageLogDecay<Decay>(sm.g[stage], p.g, tokOf(c), rowsOf(c), h, H);
+    copyArrive(bar);
   };
   auto loadSecond = [&](int c) {  // what only the second product reads
-    const int64_t off = tokOf(c) * rowK + int64_t(h) * DK;
-    loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, static_cast<const T*>(p.q) + off, rowK, rowsOf(c));
-    loadTile<false, C, DK, kWarpgroupThreads>(tW, 0, static_cast<const T*>(p.w) + off, rowK, rowsOf(c));
+    if (tid == 0) {
+      barrierExpectBytes(&sm.secondLoaded, 2 * C * DK * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken(c), mapSeq, &sm.secondLoaded);
+      bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, mapToken(c), mapSeq, &sm.secondLoaded);
+    }
+    copyArrive(&sm.secondLoaded);
   };
-  // cp.async groups, in commit order: first(0), second(0), then per chunk i first(i + 1) at its top
-  // and second(i + 1) at its end; so at the top of chunk i the newest group is second(i), and
-  // before its second product the newest is first(i + 1).
-  if (numChunks > 0) loadFirst(chunkOf(0), 0);
-  copyCommit();
-  if (numChunks > 0) loadSecond(chunkOf(0));
-  copyCommit();
+  // Rows past a packed sequence's end came from the next sequence's tokens: zero them.
+  const bool packed = p.cu_seqlens != nullptr;
+  if (tid == 0) {
+    barrierInit(&sm.firstLoaded[0], kWarpgroupThreads);
+    barrierInit(&sm.firstLoaded[1], kWarpgroupThreads);
+    barrierInit(&sm.secondLoaded, kWarpgroupThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
+  if (numChunks > 0) {
+    loadFirst(chunkOf(0), 0);
+    loadSecond(chunkOf(0));
+  }
 
   constexpr int kPairs = decltype(size(accD))::value / 2;
   for (int i = 0; i < numChunks; ++i) {
     const int stage = i & 1, c = chunkOf(i), rows = rowsOf(c);
-    copyWait<1>();        // first(i)
+    barrierWait(&sm.firstLoaded[stage], uint32_t(i >> 1) & 1u);  // first(i)
+    if (packed && rows < C) {
+      zeroRows<false, C, DK, kWarpgroupThreads>(tK, stage, rows);
+      zeroRows<true, C, BV, kWarpgroupThreads>(tO, stage, rows);
+    }
     fenceToAsyncProxy();  // ... and dS's copies, for the tensor cores
     __syncthreads();
     if (i + 1 < numChunks) loadFirst(chunkOf(i + 1), stage ^ 1);
-    copyCommit();
     if (tid < 32) chunkCumsumDouble<Decay>(sm.b, sm.g[stage]);
 
     float* slot = p.dstates + ((coff + c) * H + h) * int64_t(DK) * DV + v0;  // dS_{c+1}
@@ -183,7 +204,11 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
       CUTE_UNROLL
       for (int e = 0; e < size(accS); ++e) accS(e) *= fLast;
     }
-    copyWait<1>();  // second(i)
+    barrierWait(&sm.secondLoaded, uint32_t(i) & 1u);  // second(i)
+    if (packed && rows < C) {
+      zeroRows<false, C, DK, kWarpgroupThreads>(tQ, 0, rows);
+      zeroRows<false, C, DK, kWarpgroupThreads>(tW, 0, rows);
+    }
     fenceToAsyncProxy();
     __syncthreads();
 
@@ -191,8 +216,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
     gemm<false>(mmaXY, fQt, fOs, accS);
     gemm<false>(mmaXY, fWt, fDd, accS);
     commitAndWait(accS);
+    __syncthreads();  // every warp's reads of q and w done before thread 0 refills them
     if (i + 1 < numChunks) loadSecond(chunkOf(i + 1));
-    copyCommit();
     publishState();  // every read of dS_{c+1}'s copies completed before the barrier above
   }
 

@@ -38,14 +38,12 @@ auto stateOutputMaps(const ForwardParams& p) {
   typename Tiles::Maps maps{};
   const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? p.tokens : p.seq_len;
   auto rows = [&](CUtensorMap* map, const void* base, int64_t width, auto encode) {
-    const int64_t dims[4] = {width, p.heads, len, seqs};
-    const int64_t strides[3] = {width, p.heads * width, len * p.heads * width};
-    return encode(map, base, 4, dims, strides, 2, kChunk);
+    return encode(map, base, width, p.heads, len, seqs, kChunk);
   };
-  bool ok = rows(&maps.q, kDiag ? p.qd : p.q, DK, encodeBoxMap<T, DK>) &&
-            rows(&maps.k, kDiag ? p.kd : p.k, DK, encodeBoxMap<T, DK>) &&
-            (!kDelta || rows(&maps.w, p.w, DK, encodeBoxMap<T, DK>)) &&
-            rows(&maps.xin, kDelta ? p.u : p.v, p.value_dim, encodeBoxMap<T, BV>);
+  bool ok = rows(&maps.q, kDiag ? p.qd : p.q, DK, encodeTokenMap<T, DK>) &&
+            rows(&maps.k, kDiag ? p.kd : p.k, DK, encodeTokenMap<T, DK>) &&
+            (!kDelta || rows(&maps.w, p.w, DK, encodeTokenMap<T, DK>)) &&
+            rows(&maps.xin, kDelta ? p.u : p.v, p.value_dim, encodeTokenMap<T, BV>);
   if constexpr (Tiles::kLoadP) {
     const int64_t dims[2] = {kChunk, p.slots * p.heads * kChunk}, strides[1] = {kChunk};
     ok = ok && encodeBoxMap<T, kChunk>(&maps.p, p.pd, 2, dims, strides, 1, kChunk);

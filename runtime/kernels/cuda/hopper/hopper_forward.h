@@ -16,8 +16,17 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace linac::kernels::cuda::hopper {
+
+/// Whether every tensor starts 16-byte aligned: the stages read their inputs through tensor maps
+/// (tma.cuh), which take no other; chunkForward / backwardSupported send the rest elsewhere.
+inline bool tensorMapAligned(std::initializer_list<const void*> tensors) {
+  for (const void* t : tensors)
+    if (reinterpret_cast<uintptr_t>(t) % 16 != 0) return false;
+  return true;
+}
 
 /// Whether forward() takes this call (and the current device is Hopper).
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);

@@ -165,4 +165,14 @@ bool encodeBoxMap(CUtensorMap* map, const void* base, int rank, const int64_t* d
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/// A map of a [sequences, tokens, heads, width] tensor (width contiguous; a packed batch is one
+/// sequence of all its tokens) read by (boxWidth<extent>, 1, rows, 1) boxes.
+template <class T, int extent>
+bool encodeTokenMap(CUtensorMap* map, const void* base, int64_t width, int64_t heads, int64_t seqLen,
+                    int64_t seqs, int rows) {
+  const int64_t dims[4] = {width, heads, seqLen, seqs};
+  const int64_t strides[3] = {width, heads * width, seqLen * heads * width};
+  return encodeBoxMap<T, extent>(map, base, 4, dims, strides, 2, rows);
+}
+
 }  // namespace linac::kernels::cuda::hopper
