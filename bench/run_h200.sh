@@ -134,9 +134,12 @@ warm_fla() {
   local cache=$1 limit=$2 pids=()
   (  # WARM_BATCH (default 4, the timed batch: some autotune keys depend on it)
     for v in $WARM_MODELS; do
+      out="$WARM/model_$v.$(basename "$cache").out" t0=$SECONDS  # (a subshell: no locals needed)
       TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_model_bench.py --variant "$v" \
         --batch "${WARM_BATCH:-4}" --seq-len 4096 --vocab "${VOCAB:-32000}" --warmup 1 --steps 0 "${BYPASS[@]}" \
-        > "$WARM/model_$v.$(basename "$cache").out" 2>&1
+        > "$out" 2>&1
+      # keep_winners greps "warmed": a model cut by the limit (rc 124) has not filled the cache
+      echo "warmed model $v rc=$? in $((SECONDS - t0)) s (limit $limit s)" >> "$out"
     done
   ) &
   pids+=($!)
@@ -325,7 +328,9 @@ timed() {
     [ "${FLA:-1}" = 1 ] || break
     PYTHONPATH=.fla/site phase 100 python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
       --vocab "$VOCAB" --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
-    echo "fla model $v rc=$? ($((SECONDS - start)) s)"
+    local rc=$?
+    echo "fla model $v rc=$rc ($((SECONDS - start)) s)"
+    [ "$rc" = 0 ] || tail -4 "$WARM/fla_train.err"
   done
   local common=(--preset 340m --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 --checkpoint-every 100000
                 "${tokenizer[@]}")
