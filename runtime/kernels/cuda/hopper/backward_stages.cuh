@@ -20,6 +20,20 @@ void setBackwardSmem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+/// One state pass's tensor maps (state_scan.cuh): x and y of [sequences, tokens, H, width], a
+/// packed batch one sequence of all its tokens.
+template <class T, int DK, int BV>
+typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, const void* x, const void* y) {
+  typename StateScanTiles<T, DK, BV>::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  const bool ok = encodeTokenMap<T, DK>(&maps.x, x, DK, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, BV>(&maps.y, y, p.value_dim, p.heads, p.seq_len, seqs, kChunk);
+  LINAC_REQUIRE(ok, "hopper backward: no tensor map for the state passes' operands (a driver "
+                    "without cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than "
+                    "2^31 rows)");
+  return maps;
+}
+
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   const size_t stateBytes = size_t(slots) * p.heads * DK * DV * sizeof(T);
@@ -35,9 +49,9 @@ void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   auto reverse = stateScanKernel<T, DK, BV, Decay, true>;
   setBackwardSmem(forward, scanBytes);
   setBackwardSmem(reverse, scanBytes);
-  forward<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p);
+  forward<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p, stateScanMaps<T, DK, BV>(p, p.k, p.v));
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (forward)");
-  reverse<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p);
+  reverse<<<scanGrid, kWarpgroupThreads, scanBytes, stream>>>(p, stateScanMaps<T, DK, BV>(p, p.q, p.d_o));
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (reverse)");
 
   auto grad = chunkGradKernel<T, DK, DV, Decay>;

@@ -9,12 +9,15 @@
 // respect to the state after it. Both directions are one product per chunk, X^T Y with X = k or q
 // read through the transposed view of its [t, d] tile and Y = v or d_o scaled per token, the fp32
 // state as its accumulator (the state stage of the forward, state_output.cuh, without the output).
+// X and Y arrive by tensor-map copies (tma.cuh) one chunk ahead, g by cp.async, on the stage's
+// mbarrier.
 #pragma once
 
 #include "../chunk_slots.cuh"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
 #include "tiles.cuh"
+#include "tma.cuh"
 
 namespace linac::kernels::cuda::hopper {
 
@@ -27,12 +30,19 @@ struct StateScanTiles {
   using Ys = ColTile<T, BV, C>;              // Y scaled per token
   using Mma = WarpgroupMma<T, DK, BV, C, GMMA::Major::MN, GMMA::Major::MN>;
 
+  // One pass's tensor maps: x (k or q) as (DK, 1, C, 1) boxes of [tokens, H, dk], y (v or d_o)
+  // as (BV, 1, C, 1) of [tokens, H, dv], each (width, heads, tokens, sequences).
+  struct Maps {
+    CUtensorMap x, y;
+  };
+
   struct Smem {
     alignas(1024) T x[cosize_v<X>];
     alignas(1024) T y[cosize_v<Y>];
     alignas(1024) T ys[cosize_v<Ys>];
     float g[2][C];
     float b[C];
+    uint64_t loaded[2];  // a stage's copies have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
@@ -57,7 +67,8 @@ __device__ void storeStateBlock(const Acc& acc, const Coords& coords, float* blo
 }
 
 template <class T, int DK, int BV, class Decay, bool kReverse>
-__global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kWarpgroupThreads)
+    stateScanKernel(const BackwardParams p, const __grid_constant__ typename StateScanTiles<T, DK, BV>::Maps maps) {
   using Tiles = StateScanTiles<T, DK, BV>;
   using Mma = typename Tiles::Mma;
   constexpr int C = Tiles::C;
@@ -72,8 +83,6 @@ __global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const Backw
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
 
-  const T* x = static_cast<const T*>(reverse ? p.q : p.k);    // [B, T, H, dk]
-  const T* y = static_cast<const T*>(reverse ? p.d_o : p.v);  // [B, T, H, dv]
   T* out = static_cast<T*>(reverse ? p.dstates : p.states);   // [slots, H, dk, dv]
 
   const auto tX = smemTile(sm.x, typename Tiles::X{});
@@ -93,27 +102,38 @@ __global__ void __launch_bounds__(kWarpgroupThreads) stateScanKernel(const Backw
   const float* init = reverse ? p.d_ht : p.h0;
   loadStateBlock<Mma>(acc, cS, init ? init + stateOffset : nullptr, DV);
 
-  const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
+  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  // Thread 0 announces and issues the boxes; every thread arrives once its g copy has landed.
   auto loadChunk = [&](int c, int stage) {
-    const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = rowsOf(c);
-    loadTile<false, C, DK, kWarpgroupThreads>(tX, stage, x + tok0 * rowX + int64_t(h) * DK, rowX, rows);
-    loadTile<true, C, BV, kWarpgroupThreads>(tY, stage, y + tok0 * rowY + int64_t(h) * DV + v0, rowY,
-                                             rows);
-    stageLogDecay<Decay>(sm.g[stage], p.g, tok0, rows, h, H);
+    uint64_t* bar = &sm.loaded[stage];
+    if (tid == 0) {
+      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tX, stage, &maps.x, 0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<true, C, BV>(tY, stage, &maps.y, v0, h, mapToken(c), mapSeq, bar);
+    }
+    stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
+    copyArrive(bar);
   };
+  if (tid == 0) {
+    barrierInit(&sm.loaded[0], kWarpgroupThreads);
+    barrierInit(&sm.loaded[1], kWarpgroupThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
   if (numChunks > 0) loadChunk(chunkOf(0), 0);
-  copyCommit();
 
   for (int i = 0; i < numChunks; ++i) {
     const int stage = i & 1, c = chunkOf(i);
-    copyWait<0>();
+    barrierWait(&sm.loaded[stage], uint32_t(i >> 1) & 1u);  // the stage's (i / 2)-th fill
+    if (p.cu_seqlens != nullptr && rowsOf(c) < C) {  // a packed batch's boxes ran into the next sequence
+      zeroRows<false, C, DK, kWarpgroupThreads>(tX, stage, rowsOf(c));
+      zeroRows<true, C, BV, kWarpgroupThreads>(tY, stage, rowsOf(c));
+    }
     fenceToAsyncProxy();
     __syncthreads();
     if (i + 1 < numChunks) loadChunk(chunkOf(i + 1), stage ^ 1);
-    copyCommit();
     if constexpr (Decay::kActive) {
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g[stage], p.g, rowsOf(c), h);
     }
