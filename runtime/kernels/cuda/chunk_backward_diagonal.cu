@@ -116,7 +116,8 @@ void launchDiagBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   DType dtype = DType::F32;
   if constexpr (!kF32) {
     dtype = std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
-    hopper = hopper::diagonalGradSupported(kind, dtype, s);
+    hopper = hopper::diagonalGradSupported(kind, dtype, s) &&
+             hopper::tensorMapAligned({a.fwd.q, a.fwd.k, a.fwd.v, a.fwd.g, a.d_o});
   }
 #endif
 

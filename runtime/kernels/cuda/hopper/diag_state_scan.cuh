@@ -15,8 +15,9 @@
 //
 // One CTA (one warpgroup) per (block of BV value columns, head, sequence x direction), both
 // directions in one launch. The state is the wgmma accumulator [DK, BV] in fp32. Per chunk: X (k
-// or q) and Y (v or d_o) arrive by cp.async one chunk ahead, the log-decays g once this chunk's
-// are used (one stage: two CTAs fit an SM); a thread per (channel, token range) sums its
+// or q) and Y (v or d_o) arrive one chunk ahead, the log-decays g once this chunk's are used (one
+// stage: two CTAs fit an SM), each group by tensor-map copies (tma.cuh) on its mbarrier (rows
+// past a packed sequence's end zeroed after the copy); a thread per (channel, token range) sums its
 // channel's g, forms the per-token factors and scales X in place (the 16-bit A operand, read
 // through its transposed view); the state rows are scaled by e^B and the product X^T Y
 // accumulates on the tensor cores.
@@ -44,18 +45,27 @@ struct DiagStateScanTiles {
   static constexpr int kSpan = C / kParts;                // tokens per thread
   static_assert(kParts * DK == kWarpgroupThreads && kParts * kSpan == C, "a channel per thread group");
 
+  // Tensor maps (tma.cuh), by direction: x (k, q) as (DK, 1, C, 1) boxes, y (v, d_o) as (BV, 1,
+  // C, 1), g as whole (DK, 1, C, 1) fp32 rows, each of [sequences, tokens, H, width].
+  struct Maps {
+    CUtensorMap k, q, v, d_o, g;
+  };
+
   struct Smem {
     alignas(1024) T x[cosize_v<X>];
     alignas(1024) T y[cosize_v<Y>];
-    alignas(16) float g[C * DK];  // log-decays [t][c]
+    alignas(128) float g[C * DK];  // log-decays [t][c]
     float eB[DK];                // e^B per channel
     float part[kParts][DK];      // each token range's sum of g (kParts > 1)
+    uint64_t tilesLoaded[2];     // a stage's x and y have landed
+    uint64_t decaysLoaded;       // g has landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
 template <class T, int DK, int BV>
-__global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const DiagGradParams p) {
+__global__ void __launch_bounds__(kWarpgroupThreads)
+    diagStateScanKernel(const DiagGradParams p, const __grid_constant__ typename DiagStateScanTiles<T, DK, BV>::Maps maps) {
   using Tiles = DiagStateScanTiles<T, DK, BV>;
   using Mma = typename Tiles::Mma;
   constexpr int C = Tiles::C, kParts = Tiles::kParts, kSpan = Tiles::kSpan;
@@ -70,8 +80,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
 
-  const T* x = static_cast<const T*>(reverse ? p.q : p.k);    // [B, T, H, dk]
-  const T* y = static_cast<const T*>(reverse ? p.d_o : p.v);  // [B, T, H, dv]
+  const CUtensorMap* mapX = reverse ? &maps.q : &maps.k;
+  const CUtensorMap* mapY = reverse ? &maps.d_o : &maps.v;
   T* out = static_cast<T*>(reverse ? p.dstates : p.states);  // [slots, H, dk, dv]
 
   const auto tX = smemTile(sm.x, typename Tiles::X{});
@@ -88,42 +98,55 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
   const float* init = reverse ? p.d_ht : p.h0;
   loadStateBlock<Mma>(acc, cS, init ? init + stateOffset : nullptr, DV);
 
-  const int64_t rowX = int64_t(H) * DK, rowY = int64_t(H) * DV;
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
+  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
+  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  // Thread 0 announces and issues each group's boxes; the others only arrive.
   auto loadTiles = [&](int c, int stage) {
-    const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = rowsOf(c);
-    loadTile<false, C, DK, kWarpgroupThreads>(tX, stage, x + tok0 * rowX + int64_t(h) * DK, rowX, rows);
-    loadTile<true, C, BV, kWarpgroupThreads>(tY, stage, y + tok0 * rowY + int64_t(h) * DV + v0, rowY, rows);
-  };
-  auto loadDecays = [&](int c) {  // 0 past the sequence's end
-    const int64_t tok0 = bos + int64_t(c) * C;
-    const int rows = rowsOf(c);
-    const float* g = p.g + tok0 * rowX + int64_t(h) * DK;
-    for (int e = tid; e < C * DK / 4; e += kWarpgroupThreads) {
-      const int t = e / (DK / 4), col = (e % (DK / 4)) * 4;
-      const bool valid = t < rows;
-      copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.g[t * DK + col])),
-             g + (valid ? t * rowX + col : 0), valid);
+    uint64_t* bar = &sm.tilesLoaded[stage];
+    if (tid == 0) {
+      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tX, stage, mapX, 0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<true, C, BV>(tY, stage, mapY, v0, h, mapToken(c), mapSeq, bar);
     }
+    copyArrive(bar);
   };
+  auto loadDecays = [&](int c) {
+    if (tid == 0) {
+      barrierExpectBytes(&sm.decaysLoaded, C * DK * sizeof(float));
+      bulkLoad4d(sharedAddress(sm.g), &maps.g, 0, h, mapToken(c), mapSeq, &sm.decaysLoaded);
+    }
+    copyArrive(&sm.decaysLoaded);
+  };
+  const bool packed = p.cu_seqlens != nullptr;
+  if (tid == 0) {
+    barrierInit(&sm.tilesLoaded[0], kWarpgroupThreads);
+    barrierInit(&sm.tilesLoaded[1], kWarpgroupThreads);
+    barrierInit(&sm.decaysLoaded, kWarpgroupThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
   if (numChunks > 0) {
     loadTiles(chunkOf(0), 0);
     loadDecays(chunkOf(0));
   }
-  copyCommit();
 
   // This thread's channel and token range [t0, t0 + kSpan).
   const int ch = tid % DK, part = tid / DK, t0 = part * kSpan;
   const float scale = p.scale;
   for (int i = 0; i < numChunks; ++i) {
-    const int stage = i & 1, c = chunkOf(i);
-    copyWait<0>();
+    const int stage = i & 1, c = chunkOf(i), rows = rowsOf(c);
+    barrierWait(&sm.tilesLoaded[stage], uint32_t(i >> 1) & 1u);  // the stage's (i / 2)-th fill
+    barrierWait(&sm.decaysLoaded, uint32_t(i) & 1u);
+    if (packed && rows < C) {  // the boxes ran into the next sequence: zeros past the end
+      zeroRows<false, C, DK, kWarpgroupThreads>(tX, stage, rows);
+      zeroRows<true, C, BV, kWarpgroupThreads>(tY, stage, rows);
+      for (int e = rows * DK / 4 + tid; e < C * DK / 4; e += kWarpgroupThreads)
+        reinterpret_cast<float4*>(sm.g)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     fenceToAsyncProxy();
     __syncthreads();  // this chunk's tiles landed; the previous product is done with the other stage
     if (i + 1 < numChunks) loadTiles(chunkOf(i + 1), stage ^ 1);
-    copyCommit();
 
     // The state here is S_c (forward) or dS_{c+1} (reverse).
     T* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
@@ -186,10 +209,9 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagStateScanKernel(const D
       }
       if (part == kParts - 1) sm.eB[ch] = expFtz(run);
     }
-    fenceToAsyncProxy();
+    fenceToAsyncProxy();  // the scaled X for the tensor cores; g's reads before its refill
     __syncthreads();  // the scaled X and e^B for every channel; g is read
     if (i + 1 < numChunks) loadDecays(chunkOf(i + 1));
-    copyCommit();
     forEachPair<Mma>(cS, [&](int e, int d, int v) {
       const float f = sm.eB[d];
       acc(e) *= f;
@@ -208,8 +230,19 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   LINAC_REQUIRE(p.value_dim % BV == 0, "hopper diagStateScan: value_dim in whole value blocks");
   auto kernel = diagStateScanKernel<T, DK, BV>;
   constexpr size_t bytes = DiagStateScanTiles<T, DK, BV>::kSmemBytes;
+  typename DiagStateScanTiles<T, DK, BV>::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  auto rows = [&](CUtensorMap* map, const void* base, int64_t width, auto encode) {
+    return encode(map, base, width, p.heads, p.seq_len, seqs, kChunk);
+  };
+  const bool ok = rows(&maps.k, p.k, DK, encodeTokenMap<T, DK>) && rows(&maps.q, p.q, DK, encodeTokenMap<T, DK>) &&
+                  rows(&maps.v, p.v, p.value_dim, encodeTokenMap<T, BV>) &&
+                  rows(&maps.d_o, p.d_o, p.value_dim, encodeTokenMap<T, BV>) &&
+                  encodeFloatTokenMap(&maps.g, p.g, DK, p.heads, p.seq_len, seqs, kChunk);
+  LINAC_REQUIRE(ok, "hopper diagStateScan: no tensor map for its operands (a driver without "
+                    "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<dim3(p.value_dim / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p);
+  kernel<<<dim3(p.value_dim / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p, maps);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagStateScanKernel");
 }
 

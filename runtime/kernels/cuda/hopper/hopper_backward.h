@@ -19,6 +19,7 @@
 
 #include "../../common/recurrence.h"
 #include "diag_grad_params.h"
+#include "hopper_forward.h"
 
 #include <cuda_runtime.h>
 

@@ -165,6 +165,23 @@ bool encodeBoxMap(CUtensorMap* map, const void* base, int rank, const int64_t* d
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/// A map of an fp32 [sequences, tokens, heads, width] tensor read by whole unswizzled rows, boxes of
+/// (width, 1, rows, 1) landing as a dense [rows, width] array (width at most 256).
+inline bool encodeFloatTokenMap(CUtensorMap* map, const float* base, int64_t width, int64_t heads,
+                                int64_t seqLen, int64_t seqs, int rows) {
+  const TensorMapEncoder encode = tensorMapEncoder();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || width > 256 ||
+      width * int64_t(sizeof(float)) % 16 != 0 || seqLen > INT32_MAX || seqs > INT32_MAX)
+    return false;
+  const cuuint64_t dims[4] = {cuuint64_t(width), cuuint64_t(heads), cuuint64_t(seqLen), cuuint64_t(seqs)};
+  const cuuint64_t strides[3] = {cuuint64_t(width * 4), cuuint64_t(heads * width * 4),
+                                 cuuint64_t(seqLen * heads * width * 4)};
+  const cuuint32_t box[4] = {cuuint32_t(width), 1, cuuint32_t(rows), 1}, elementStride[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(base), dims, strides, box,
+                elementStride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /// A map of a [sequences, tokens, heads, width] tensor (width contiguous; a packed batch is one
 /// sequence of all its tokens) read by (boxWidth<extent>, 1, rows, 1) boxes.
 template <class T, int extent>
