@@ -46,6 +46,27 @@ DeltaStateMaps deltaStateMaps(const DeltaBackwardParams& p, int64_t tokens) {
   return maps;
 }
 
+/// The gradient stage's tensor maps (delta_bwd_grad.cuh), once p's workspaces are set.
+template <class T, int DK>
+typename DeltaBwdGradTiles<T, DK>::Maps deltaGradMaps(const DeltaBackwardParams& p, int64_t tokens,
+                                                      int64_t slots) {
+  using Tiles = DeltaBwdGradTiles<T, DK>;
+  constexpr int C = kChunk, VB = Tiles::VB, KB = Tiles::KB;
+  typename Tiles::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
+  const int64_t DV = p.value_dim, stateRows[2] = {DV, slots * p.heads * DK}, stateStride[1] = {DV};
+  const bool ok =
+      encodeTokenMap<T, KB>(&maps.q, p.q, DK, p.heads, len, seqs, C) &&
+      encodeTokenMap<T, KB>(&maps.k, p.k, DK, p.heads, len, seqs, C) &&
+      encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, len, seqs, C) &&
+      encodeFloatTokenMap(&maps.ud, p.ud, DV, p.heads, len, seqs, VB, C) &&
+      encodeFloatTokenMap(&maps.dd, p.dd, DV, p.heads, len, seqs, VB, C) &&
+      encodeBoxMap<T, VB>(&maps.s, p.states, 2, stateRows, stateStride, 1, KB) &&
+      encodeFloatMap(&maps.ds, p.dstates, 2, stateRows, stateStride, VB, 1, KB);
+  LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the gradient stage's operands");
+  return maps;
+}
+
 /// `tokens` = B * T, `slots` the chunk slots of the batch (chunk_slots.cuh). p carries the inputs
 /// and gradients; the workspaces are set here.
 template <class T, int DK, int DV, class Decay>
@@ -131,7 +152,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     constexpr size_t gradBytes = DeltaBwdGradTiles<T, DK>::kSmemBytes;
     static_assert(gradBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(grad, gradBytes);
-    grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p);
+    grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p, deltaGradMaps<T, DK>(p, tokens, slots));
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdGradKernel");
   }
   if (slots > 0) {

@@ -17,8 +17,9 @@
 // in fp32.
 // Every output is written once (no atomics): row dots by quad shuffles.
 // The value blocks are pipelined: block j + 1's dO and S_c (double-buffered tiles) and its fp32
-// dS_{c+1}, D and dD (a staging buffer, split into the tiles in shared memory) are copied by
-// cp.async while block j's products run.
+// dS_{c+1}, D and dD (a staging buffer, split into the tiles in shared memory) arrive while block
+// j's products run, as tensor-map copies (tma.cuh) issued by thread 0 on one mbarrier; a packed
+// sequence's partial chunk has its rows past the end zeroed after the copy.
 // Key dims above 128 run in key blocks of 128 columns (grid z): each accumulator is [C, KB] fp32,
 // 64 registers a thread at KB = 128 where dk 256 would take 128 (the CTA's cap is 168). A key block
 // reads q, k, S_c and dS_{c+1} in its columns / rows only and recomputes dA' (a C x C product, the
@@ -44,6 +45,11 @@ struct DeltaBwdGradTiles {
   static constexpr int C = kChunk;
   static constexpr int VB = 64;             // value columns per block of the loop
   static constexpr int KB = deltaGradKeyBlock<DK>();  // key columns of this CTA
+  // Tensor maps (tma.cuh): q, k as (64, 1, C, 1) boxes and d_o, D (ud), dD (dd) as (VB, 1, C, 1) of
+  // [sequences, tokens, H, width]; S_c and dS_{c+1} as (VB, KB) boxes of their [slots H dk, dv] rows.
+  struct Maps {
+    CUtensorMap q, k, d_o, ud, dd, s, ds;
+  };
   using Qk = RowTile<T, C, KB>;             // q, k: [t, d]
   using QkT = Transposed<Qk, C, KB>;        // (d, t)
   using Tv = RowTile<T, C, VB>;             // D (hi, lo), dD: [t, v]
@@ -70,21 +76,24 @@ struct DeltaBwdGradTiles {
     alignas(1024) T dsLo[cosize_v<Sv>];
     alignas(1024) T da[cosize_v<Sq>];
     alignas(1024) T daLo[cosize_v<Sq>];
-    alignas(16) float stageDs[KB * VB];  // the next value block's fp32 dS_{c+1}, D, dD
-    alignas(16) float stageD[C * VB];
-    alignas(16) float stageDd[C * VB];
+    alignas(128) float stageDs[KB * VB];  // the next value block's fp32 dS_{c+1}, D, dD
+    alignas(128) float stageD[C * VB];
+    alignas(128) float stageDd[C * VB];
     float g[C];
     double b[C];
     float rowQ[C];    // q_t . dq_t
     float rowK[C];    // k_t . dk_t
     float rowKd[C];   // k_t . dk_Kd_t
     float dot[kWarpgroupThreads / 32];  // <S_c, dS_{c+1}> per warp of warpgroup 2
+    uint64_t chunkLoaded;  // q, k, g have landed
+    uint64_t blockLoaded;  // a value block's copies have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
 template <class T, int DK, class Decay>
-__global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const DeltaBackwardParams p) {
+__global__ void __launch_bounds__(kDeltaGradThreads, 1)
+    deltaBwdGradKernel(const DeltaBackwardParams p, const __grid_constant__ typename DeltaBwdGradTiles<T, DK>::Maps maps) {
   using Tiles = DeltaBwdGradTiles<T, DK>;
   using MmaXS = typename Tiles::MmaXS;
   using MmaOD = typename Tiles::MmaOD;
@@ -100,10 +109,13 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   const int h = blockIdx.y, H = p.heads, DV = p.value_dim, kb = blockIdx.z;
   const int64_t tok0 = bos + chunk * C;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
-  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t rowK = int64_t(H) * DK;
   // this key block's columns of q, k, dq, dk, dW and rows of S_c, dS_{c+1}
-  const int64_t offK = tok0 * rowK + int64_t(h) * DK + kb * KB, offV = tok0 * rowV + int64_t(h) * DV;
-  const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV + int64_t(kb) * KB * DV;
+  const int64_t offK = tok0 * rowK + int64_t(h) * DK + kb * KB;
+  // the maps' (token, sequence) of the chunk, and its first row of S_c / dS_{c+1} [slots H dk, dv]
+  const int mapSeq = p.cu_seqlens ? 0 : n;
+  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  const int stateRow = int(((coff + chunk) * H + h) * DK + kb * KB);
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dbpart != nullptr;
 
   const auto tQ = smemTile(sm.q, typename Tiles::Qk{});
@@ -122,20 +134,40 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
   const auto tALo = smemTile(sm.daLo, typename Tiles::Sq{});
   const auto tAtLo = smemTile(sm.daLo, typename Tiles::SqT{});
 
-  // Copies of value block v0 (every thread takes part; the caller commits).
+  // Value block v0's copies: thread 0 announces and issues the boxes, every thread arrives.
+  constexpr uint32_t kBlockBytes = (C * VB + KB * VB) * sizeof(T) + (KB * VB + 2 * C * VB) * sizeof(float);
   auto stageBlock = [&](int v0) {
-    const int ltid = threadIndexHere(), buf = (v0 / VB) & 1;
-    loadTile<false, C, VB, kThreads>(tO, buf, static_cast<const T*>(p.d_o) + offV + v0, rowV, rows);
-    loadTile<false, KB, VB, kThreads>(tS, buf, static_cast<const T*>(p.states) + slot + v0, DV, KB);
-    stageRowsAsync<KB, VB, VB, kThreads>(sm.stageDs, p.dstates + slot + v0, DV, KB, ltid);
-    stageRowsAsync<C, VB, VB, kThreads>(sm.stageD, p.ud + offV + v0, rowV, rows, ltid);
-    stageRowsAsync<C, VB, VB, kThreads>(sm.stageDd, p.dd + offV + v0, rowV, rows, ltid);
+    uint64_t* bar = &sm.blockLoaded;
+    if (tid == 0) {
+      const int buf = (v0 / VB) & 1;
+      barrierExpectBytes(bar, kBlockBytes);
+      bulkLoadTile4d<false, C, VB>(tO, buf, &maps.d_o, v0, h, mapToken, mapSeq, bar);
+      bulkLoadTile2d<false, KB, VB>(tS, buf, &maps.s, v0, stateRow, bar);
+      bulkLoad2d(sharedAddress(sm.stageDs), &maps.ds, v0, stateRow, bar);
+      bulkLoad4d(sharedAddress(sm.stageD), &maps.ud, v0, h, mapToken, mapSeq, bar);
+      bulkLoad4d(sharedAddress(sm.stageDd), &maps.dd, v0, h, mapToken, mapSeq, bar);
+    }
+    copyArrive(bar);
   };
-  loadTile<false, C, KB, kThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
-  loadTile<false, C, KB, kThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
+  // A packed sequence's partial chunk: its boxes ran into the next sequence's tokens.
+  const bool partial = p.cu_seqlens != nullptr && rows < C;
+  auto zeroStaged = [&](float* staged) {  // rows [rows, C) of a dense [C, VB] fp32 buffer
+    for (int e = rows * VB / 4 + tid; e < C * VB / 4; e += kThreads)
+      reinterpret_cast<float4*>(staged)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  if (tid == 0) {
+    barrierInit(&sm.chunkLoaded, kThreads);
+    barrierInit(&sm.blockLoaded, kThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
+  if (tid == 0) {
+    barrierExpectBytes(&sm.chunkLoaded, 2 * C * KB * sizeof(T));
+    bulkLoadTile4d<false, C, KB>(tQ, 0, &maps.q, kb * KB, h, mapToken, mapSeq, &sm.chunkLoaded);
+    bulkLoadTile4d<false, C, KB>(tK, 0, &maps.k, kb * KB, h, mapToken, mapSeq, &sm.chunkLoaded);
+  }
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
+  copyArrive(&sm.chunkLoaded);
   stageBlock(0);
-  copyCommit();
 
   MmaXS mmaXS;
   auto thrXS = mmaXS.get_thread_slice(wtid);
@@ -153,7 +185,17 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
 
   for (int v0 = 0; v0 < DV; v0 += VB) {
     const int buf = (v0 / VB) & 1;
-    copyWait<0>();
+    barrierWait(&sm.blockLoaded, uint32_t(v0 / VB) & 1u);
+    if (v0 == 0) barrierWait(&sm.chunkLoaded, 0);
+    if (partial) {
+      if (v0 == 0) {
+        zeroRows<false, C, KB, kThreads>(tQ, 0, rows);
+        zeroRows<false, C, KB, kThreads>(tK, 0, rows);
+      }
+      zeroRows<false, C, VB, kThreads>(tO, buf, rows);
+      zeroStaged(sm.stageD);
+      zeroStaged(sm.stageDd);
+    }
     __syncthreads();  // this block's copies landed; every product of the previous block done
     {
       const int ltid = threadIndexHere();
@@ -163,10 +205,7 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1) deltaBwdGradKernel(const
     }
     fenceToAsyncProxy();
     __syncthreads();  // the tiles; the staging buffers read
-    if (v0 + VB < DV) {
-      stageBlock(v0 + VB);
-      copyCommit();
-    }
+    if (v0 + VB < DV) stageBlock(v0 + VB);
     if (wg == 0) {
       auto thrOD = mmaOD.get_thread_slice(wtid);
       Tensor fO = thrOD.partition_fragment_A(tO.tensor()(_, _, buf));

@@ -238,7 +238,7 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   const bool ok = rows(&maps.k, p.k, DK, encodeTokenMap<T, DK>) && rows(&maps.q, p.q, DK, encodeTokenMap<T, DK>) &&
                   rows(&maps.v, p.v, p.value_dim, encodeTokenMap<T, BV>) &&
                   rows(&maps.d_o, p.d_o, p.value_dim, encodeTokenMap<T, BV>) &&
-                  encodeFloatTokenMap(&maps.g, p.g, DK, p.heads, p.seq_len, seqs, kChunk);
+                  encodeFloatTokenMap(&maps.g, p.g, DK, p.heads, p.seq_len, seqs, DK, kChunk);
   LINAC_REQUIRE(ok, "hopper diagStateScan: no tensor map for its operands (a driver without "
                     "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));

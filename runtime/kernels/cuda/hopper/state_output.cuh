@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
       }
       bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, t, mapSeq, bar);
       bulkLoadTile4d<true, C, BV>(tXin, stage, &maps.xin, v0, h, t, mapSeq, bar);
-      if constexpr (kLoadP) bulkLoadTile2d<false, C, C>(tP, stage, &maps.p, int(((slot0 + c) * H + h) * C), bar);
+      if constexpr (kLoadP) bulkLoadTile2d<false, C, C>(tP, stage, &maps.p, 0, int(((slot0 + c) * H + h) * C), bar);
     }
     stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
     if constexpr (kDiag) {

@@ -88,17 +88,17 @@ __device__ uint32_t bulkLoadTile4d(const SmemTile<T, L>& dst, int stage, const C
   return uint32_t(R * Cc * sizeof(T));
 }
 
-/// The same from a 2-D map (Cc-wide columns, rows) at row `row`.
+/// The same from a 2-D map (columns, rows) at column `col`, row `row`.
 template <bool kColMajor, int R, int Cc, class T, class L>
-__device__ uint32_t bulkLoadTile2d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int row,
-                                   uint64_t* bar) {
+__device__ uint32_t bulkLoadTile2d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int col,
+                                   int row, uint64_t* bar) {
   constexpr int W = boxWidth<Cc>();
   static_assert(boxesMatch<L, kColMajor, R, Cc>(),
                 "the tile's stage is not a sequence of (W, R) boxes");
   CUTE_UNROLL
   for (int j = 0; j < Cc / W; ++j) {
     const uint32_t at = kColMajor ? dst.at(j * W, 0, stage) : dst.at(0, j * W, stage);
-    bulkLoad2d(at, map, j * W, row, bar);
+    bulkLoad2d(at, map, col + j * W, row, bar);
   }
   return uint32_t(R * Cc * sizeof(T));
 }
@@ -138,48 +138,51 @@ constexpr CUtensorMapSwizzle tensorMapSwizzle(int boxBytes) {
 }
 
 /// Encodes a map of a row-major tensor of `rank` dims (dims[0] contiguous; strides in elements of
-/// dims 1..rank-1) read by boxes of (W = boxWidth<extent>, 1, ..., rows) where `rows` is the box
-/// extent of dim `rowDim` (the others 1). False when it cannot be encoded (see the header).
-template <class T, int extent>
-bool encodeBoxMap(CUtensorMap* map, const void* base, int rank, const int64_t* dims,
-                  const int64_t* strides, int rowDim, int rows) {
-  constexpr int W = boxWidth<extent>();
+/// dims 1..rank-1), read by boxes of box[i] elements per dim. False when it cannot be encoded (no
+/// driver entry point, a base or stride not 16-byte aligned, an extent past int32).
+inline bool encodeMap(CUtensorMap* map, CUtensorMapDataType type, int elementBytes,
+                      CUtensorMapSwizzle swizzle, const void* base, int rank, const int64_t* dims,
+                      const int64_t* strides, const int* box) {
   const TensorMapEncoder encode = tensorMapEncoder();
   if (encode == nullptr || base == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   cuuint64_t globalDim[5], globalStride[4];
-  cuuint32_t box[5], elementStride[5];
+  cuuint32_t boxDim[5], elementStride[5];
   for (int i = 0; i < rank; ++i) {
     if (dims[i] <= 0 || dims[i] > INT32_MAX) return false;
     globalDim[i] = cuuint64_t(dims[i]);
-    box[i] = i == 0 ? W : i == rowDim ? cuuint32_t(rows) : 1;
+    boxDim[i] = cuuint32_t(box[i]);
     elementStride[i] = 1;
     if (i > 0) {
-      const int64_t bytes = strides[i - 1] * int64_t(sizeof(T));
+      const int64_t bytes = strides[i - 1] * elementBytes;
       if (bytes % 16 != 0) return false;
       globalStride[i - 1] = cuuint64_t(bytes);
     }
   }
-  return encode(map, tensorMapType<T>(), cuuint32_t(rank), const_cast<void*>(base), globalDim,
-                globalStride, box, elementStride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                tensorMapSwizzle(W * int(sizeof(T))), CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+  return encode(map, type, cuuint32_t(rank), const_cast<void*>(base), globalDim, globalStride, boxDim,
+                elementStride, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/// A map of an fp32 [sequences, tokens, heads, width] tensor read by whole unswizzled rows, boxes of
-/// (width, 1, rows, 1) landing as a dense [rows, width] array (width at most 256).
-inline bool encodeFloatTokenMap(CUtensorMap* map, const float* base, int64_t width, int64_t heads,
-                                int64_t seqLen, int64_t seqs, int rows) {
-  const TensorMapEncoder encode = tensorMapEncoder();
-  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || width > 256 ||
-      width * int64_t(sizeof(float)) % 16 != 0 || seqLen > INT32_MAX || seqs > INT32_MAX)
-    return false;
-  const cuuint64_t dims[4] = {cuuint64_t(width), cuuint64_t(heads), cuuint64_t(seqLen), cuuint64_t(seqs)};
-  const cuuint64_t strides[3] = {cuuint64_t(width * 4), cuuint64_t(heads * width * 4),
-                                 cuuint64_t(seqLen * heads * width * 4)};
-  const cuuint32_t box[4] = {cuuint32_t(width), 1, cuuint32_t(rows), 1}, elementStride[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(base), dims, strides, box,
-                elementStride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+/// A map of a 16-bit tensor read into tiles whose contiguous extent is `extent`: boxes of
+/// (W = boxWidth<extent>, 1, ..., rows), `rows` the box extent of dim `rowDim` (the others 1).
+template <class T, int extent>
+bool encodeBoxMap(CUtensorMap* map, const void* base, int rank, const int64_t* dims,
+                  const int64_t* strides, int rowDim, int rows) {
+  constexpr int W = boxWidth<extent>();
+  int box[5];
+  for (int i = 0; i < rank; ++i) box[i] = i == 0 ? W : i == rowDim ? rows : 1;
+  return encodeMap(map, tensorMapType<T>(), int(sizeof(T)), tensorMapSwizzle(W * int(sizeof(T))), base,
+                   rank, dims, strides, box);
+}
+
+/// A map of an fp32 tensor read by unswizzled boxes of (width, 1, ..., rows) (width at most 256
+/// elements), each landing as a dense [rows, width] array.
+inline bool encodeFloatMap(CUtensorMap* map, const float* base, int rank, const int64_t* dims,
+                           const int64_t* strides, int width, int rowDim, int rows) {
+  int box[5];
+  for (int i = 0; i < rank; ++i) box[i] = i == 0 ? width : i == rowDim ? rows : 1;
+  return width <= 256 && encodeMap(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   base, rank, dims, strides, box);
 }
 
 /// A map of a [sequences, tokens, heads, width] tensor (width contiguous; a packed batch is one
@@ -190,6 +193,14 @@ bool encodeTokenMap(CUtensorMap* map, const void* base, int64_t width, int64_t h
   const int64_t dims[4] = {width, heads, seqLen, seqs};
   const int64_t strides[3] = {width, heads * width, seqLen * heads * width};
   return encodeBoxMap<T, extent>(map, base, 4, dims, strides, 2, rows);
+}
+
+/// The same for fp32, by unswizzled (boxColumns, 1, rows, 1) boxes.
+inline bool encodeFloatTokenMap(CUtensorMap* map, const float* base, int64_t width, int64_t heads,
+                                int64_t seqLen, int64_t seqs, int boxColumns, int rows) {
+  const int64_t dims[4] = {width, heads, seqLen, seqs};
+  const int64_t strides[3] = {width, heads * width, seqLen * heads * width};
+  return encodeFloatMap(map, base, 4, dims, strides, boxColumns, 2, rows);
 }
 
 }  // namespace linac::kernels::cuda::hopper
