@@ -18,13 +18,16 @@
 // T diag(exp(b)) take A's once every thread holds its share of X in registers. At dk <= 128 that
 // is ~51 KB, four CTAs a SM where three fitted before (each CTA's work is one dependent sequence,
 // so more CTAs keep more loads in flight: 260 -> 243 us at B8 T4096 H8 D128 on an H100). V lands
-// in its own copy group, waited for only before the products that read it.
+// in its own copy group, waited for only before the products that read it. q, k and v arrive by
+// tensor-map copies (tma.cuh) issued by thread 0, g by cp.async, each group on its mbarrier; a
+// packed sequence's partial chunk has its rows past the end zeroed after the copy.
 #pragma once
 
 #include "../chunk_slots.cuh"
 #include "chunk_decay.cuh"
 #include "forward_params.h"
 #include "tiles.cuh"
+#include "tma.cuh"
 #include "unit_lower_inverse.cuh"
 
 namespace linac::kernels::cuda::hopper {
@@ -44,6 +47,12 @@ struct DeltaPrepareTiles {
   using MmaW = WarpgroupMma<T, C, DK, C, GMMA::Major::K, GMMA::Major::MN>;
   using MmaU = WarpgroupMma<T, C, kValueBlock, C, GMMA::Major::K, GMMA::Major::MN>;
 
+  // Tensor maps (tma.cuh): q, k as (64, 1, C, 1) boxes of [sequences, tokens, H, dk], v as
+  // (kValueBlock, 1, C, 1) boxes of [sequences, tokens, H, dv].
+  struct Maps {
+    CUtensorMap q, k, v;
+  };
+
   static constexpr int kLdA = C + 4;  // rows of A in 16-byte vectors
   struct Weights {  // T and T diag(exp(b)), written from X held in registers
     alignas(1024) T tm[cosize_v<Tm>];
@@ -60,6 +69,8 @@ struct DeltaPrepareTiles {
     float g[C];
     float b[C];
     float beta[C];
+    uint64_t keysLoaded;    // q, k, g have landed
+    uint64_t valuesLoaded;  // v has landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
   // CTAs a SM: four where the shared memory allows and W's accumulator (DK / 2 registers a
@@ -70,7 +81,8 @@ struct DeltaPrepareTiles {
 
 template <class T, int DK, int DV, class Decay>
 __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV>::kMinBlocks)
-    deltaPrepareKernel(const ForwardParams p, const PrepareOutputs out) {
+    deltaPrepareKernel(const ForwardParams p, const PrepareOutputs out,
+                       const __grid_constant__ typename DeltaPrepareTiles<T, DK, DV>::Maps maps) {
   using Tiles = DeltaPrepareTiles<T, DK, DV>;
   constexpr int C = Tiles::C, VB = Tiles::kValueBlock;
   extern __shared__ __align__(16) uint8_t smemRaw[];
@@ -83,7 +95,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV
   const int tid = threadIdx.x, h = blockIdx.y, H = p.heads;
   const int64_t tok0 = bos + chunk * C;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
-  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
+  const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;  // W's and U's rows
 
   const auto tK = smemTile(sm.k, typename Tiles::K{});      // (C, DK)
   const auto tKt = smemTile(sm.k, typename Tiles::Kt{});    // (DK, C)
@@ -93,20 +105,35 @@ __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV
   const auto tTw = smemTile(sm.weights.tw, typename Tiles::Tm{});  // (C, C)
   float* a = sm.a;
 
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-  loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, q + tok0 * rowK + int64_t(h) * DK, rowK, rows);
-  loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, k + tok0 * rowK + int64_t(h) * DK, rowK, rows);
+  // the maps' (token, sequence) of the chunk (a packed batch is one sequence of all its tokens)
+  const int mapSeq = p.cu_seqlens ? 0 : n;
+  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  const bool partial = p.cu_seqlens != nullptr && rows < C;  // boxes past the end read the next sequence
+  if (tid == 0) {
+    barrierInit(&sm.keysLoaded, kWarpgroupThreads);
+    barrierInit(&sm.valuesLoaded, kWarpgroupThreads);
+  }
+  __syncthreads();  // the mbarriers exist before any thread arrives
+  if (tid == 0) {
+    barrierExpectBytes(&sm.keysLoaded, 2 * C * DK * sizeof(T));
+    bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken, mapSeq, &sm.keysLoaded);
+    bulkLoadTile4d<false, C, DK>(tK, 0, &maps.k, 0, h, mapToken, mapSeq, &sm.keysLoaded);
+  }
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
-  copyCommit();  // group 1: q, k, g
-  CUTE_UNROLL
-  for (int j = 0; j < Tiles::kValueBlocks; ++j)
-    loadTile<true, C, VB, kWarpgroupThreads>(tV, j, v + tok0 * rowV + int64_t(h) * DV + j * VB,
-                                             rowV, rows);
-  copyCommit();  // group 2: v, read by the last products only
+  copyArrive(&sm.keysLoaded);
+  if (tid == 0) {  // v, read by the last products only
+    barrierExpectBytes(&sm.valuesLoaded, C * DV * sizeof(T));
+    CUTE_UNROLL
+    for (int j = 0; j < Tiles::kValueBlocks; ++j)
+      bulkLoadTile4d<true, C, VB>(tV, j, &maps.v, j * VB, h, mapToken, mapSeq, &sm.valuesLoaded);
+  }
+  copyArrive(&sm.valuesLoaded);
   if (tid < C) sm.beta[tid] = tid < rows ? p.beta[(tok0 + tid) * H + h] : 0.f;
-  copyWait<1>();
+  barrierWait(&sm.keysLoaded, 0);
+  if (partial) {
+    zeroRows<false, C, DK, kWarpgroupThreads>(tQ, 0, rows);
+    zeroRows<false, C, DK, kWarpgroupThreads>(tK, 0, rows);
+  }
   fenceToAsyncProxy();
   __syncthreads();
 
@@ -186,7 +213,11 @@ __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV
       }
     }
   }
-  copyWait<0>();  // v
+  barrierWait(&sm.valuesLoaded, 0);
+  if (partial) {
+    CUTE_UNROLL
+    for (int j = 0; j < Tiles::kValueBlocks; ++j) zeroRows<true, C, VB, kWarpgroupThreads>(tV, j, rows);
+  }
   fenceToAsyncProxy();
   __syncthreads();
 

@@ -115,10 +115,17 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
 template <class T, int DK, int DV, class Decay>
 void launchPrepare(const ForwardParams& p, const PrepareOutputs& out, int64_t slots,
                    cudaStream_t stream) {
+  using Tiles = DeltaPrepareTiles<T, DK, DV>;
   auto kernel = deltaPrepareKernel<T, DK, DV, Decay>;
-  constexpr size_t bytes = DeltaPrepareTiles<T, DK, DV>::kSmemBytes;
+  constexpr size_t bytes = Tiles::kSmemBytes;
+  typename Tiles::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, Tiles::kValueBlock>(&maps.v, p.v, DV, p.heads, p.seq_len, seqs, kChunk);
+  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the preparation's operands");
   setSmem(kernel, bytes);
-  kernel<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out);
+  kernel<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out, maps);
   LINAC_CUDA_CHECK_LAUNCH("hopper::deltaPrepareKernel");
 }
 
