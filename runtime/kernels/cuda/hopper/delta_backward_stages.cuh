@@ -117,7 +117,15 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
-    kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p);
+    typename DeltaBwdPrepareTiles<T, DK, DV>::Maps maps{};
+    const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
+    constexpr int VB = DeltaBwdPrepareTiles<T, DK, DV>::VB;
+    const bool ok = encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, len, seqs, C) &&
+                    encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, len, seqs, C) &&
+                    encodeTokenMap<T, VB>(&maps.v, p.v, DV, p.heads, len, seqs, C) &&
+                    encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, len, seqs, C);
+    LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the preparation's operands");
+    kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdPrepareKernel");
   }
   {

@@ -12,6 +12,8 @@
 // Written: X [slots, H, C, C] fp32 (the WY backward, stage 5, needs it again), W in the input dtype,
 // U and dD_local in fp32. U's product takes Tm as hi + lo (two wgmma): the host transcription
 // measured dg at 7e-3 (gate 5e-3) with a bf16 Tm or U; W stays one bf16 product, as the forward's.
+// k, q, v and d_o arrive by tensor-map copies (tma.cuh) issued by thread 0 on one mbarrier (a
+// packed sequence's partial chunk has its rows past the end zeroed after the copy).
 #pragma once
 
 #include "delta_bwd_common.cuh"
@@ -36,6 +38,12 @@ struct DeltaBwdPrepareTiles {
   using MmaU = WarpgroupMma<T, C, VB, C, GMMA::Major::K, GMMA::Major::MN>;    // U
   using MmaAtO = WarpgroupMma<T, C, VB, C, GMMA::Major::MN, GMMA::Major::MN>; // A'^T dO
 
+  // Tensor maps (tma.cuh): k, q as (64, 1, C, 1) boxes of [sequences, tokens, H, dk], v, d_o as
+  // (VB, 1, C, 1) boxes of [sequences, tokens, H, dv].
+  struct Maps {
+    CUtensorMap k, q, v, d_o;
+  };
+
   static constexpr int kLdL = C + 4;  // rows of L in 16-byte vectors
   // q is read only by the Q K^T product, L only after it: they share their bytes, which keeps the
   // CTA under half of an SM's shared memory (two CTAs per SM instead of one).
@@ -52,12 +60,14 @@ struct DeltaBwdPrepareTiles {
     alignas(1024) T tw[cosize_v<Sq>];
     alignas(1024) T ap[cosize_v<Sq>];
     DeltaChunkScalars cs;
+    uint64_t loaded;  // k, q, v, d_o and the scalars have landed
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
 template <class T, int DK, int DV, class Decay>
-__global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const DeltaBackwardParams p) {
+__global__ void __launch_bounds__(kWarpgroupThreads)
+    deltaBwdPrepareKernel(const DeltaBackwardParams p, const __grid_constant__ typename DeltaBwdPrepareTiles<T, DK, DV>::Maps maps) {
   using Tiles = DeltaBwdPrepareTiles<T, DK, DV>;
   using MmaKK = typename Tiles::MmaKK;
   constexpr int C = Tiles::C, VB = Tiles::VB;
@@ -84,18 +94,33 @@ __global__ void __launch_bounds__(kWarpgroupThreads) deltaBwdPrepareKernel(const
   const auto tAp = smemTile(sm.ap, typename Tiles::Sq{});
   const auto tApT = smemTile(sm.ap, typename Tiles::SqT{});
 
-  loadTile<false, C, DK, kWarpgroupThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
-  loadTile<false, C, DK, kWarpgroupThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
-  CUTE_UNROLL
-  for (int j = 0; j < Tiles::kValueBlocks; ++j) {
-    loadTile<true, C, VB, kWarpgroupThreads>(tV, j, static_cast<const T*>(p.v) + offV + j * VB, rowV,
-                                             rows);
-    loadTile<true, C, VB, kWarpgroupThreads>(tO, j, static_cast<const T*>(p.d_o) + offV + j * VB,
-                                             rowV, rows);
+  // the maps' (token, sequence) of the chunk (a packed batch is one sequence of all its tokens)
+  const int mapSeq = p.cu_seqlens ? 0 : n;
+  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  if (tid == 0) barrierInit(&sm.loaded, kWarpgroupThreads);
+  __syncthreads();  // the mbarrier exists before any thread arrives
+  if (tid == 0) {
+    barrierExpectBytes(&sm.loaded, (2 * C * DK + 2 * C * DV) * sizeof(T));
+    bulkLoadTile4d<false, C, DK>(tK, 0, &maps.k, 0, h, mapToken, mapSeq, &sm.loaded);
+    bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken, mapSeq, &sm.loaded);
+    CUTE_UNROLL
+    for (int j = 0; j < Tiles::kValueBlocks; ++j) {
+      bulkLoadTile4d<true, C, VB>(tV, j, &maps.v, j * VB, h, mapToken, mapSeq, &sm.loaded);
+      bulkLoadTile4d<true, C, VB>(tO, j, &maps.d_o, j * VB, h, mapToken, mapSeq, &sm.loaded);
+    }
   }
   stageDeltaScalars<Decay>(sm.cs, p.g, p.beta, tok0, rows, h, H);
-  copyCommit();
-  copyWait<0>();
+  copyArrive(&sm.loaded);
+  barrierWait(&sm.loaded, 0);
+  if (p.cu_seqlens != nullptr && rows < C) {  // the boxes ran into the next sequence's tokens
+    zeroRows<false, C, DK, kWarpgroupThreads>(tK, 0, rows);
+    zeroRows<false, C, DK, kWarpgroupThreads>(tQ, 0, rows);
+    CUTE_UNROLL
+    for (int j = 0; j < Tiles::kValueBlocks; ++j) {
+      zeroRows<true, C, VB, kWarpgroupThreads>(tV, j, rows);
+      zeroRows<true, C, VB, kWarpgroupThreads>(tO, j, rows);
+    }
+  }
   fenceToAsyncProxy();
   __syncthreads();
   if (tid < 32) chunkCumsumDouble<Decay>(sm.cs.b, sm.cs.g);
