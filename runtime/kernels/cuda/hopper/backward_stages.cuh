@@ -34,6 +34,22 @@ typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, 
   return maps;
 }
 
+/// The gradient stage's tensor maps (chunk_grad.cuh), once p's state workspaces are set.
+template <class T, int DK, int DV>
+typename ChunkGradTiles<T, DK, DV>::Maps chunkGradMaps(const BackwardParams& p, int64_t slots) {
+  typename ChunkGradTiles<T, DK, DV>::Maps maps{};
+  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  const int64_t stateRows[2] = {DV, slots * p.heads * DK}, stateStride[1] = {DV};
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, DV>(&maps.v, p.v, DV, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeTokenMap<T, DV>(&maps.d_o, p.d_o, DV, p.heads, p.seq_len, seqs, kChunk) &&
+                  encodeBoxMap<T, DV>(&maps.s, p.states, 2, stateRows, stateStride, 1, DK) &&
+                  encodeBoxMap<T, DV>(&maps.ds, p.dstates, 2, stateRows, stateStride, 1, DK);
+  LINAC_REQUIRE(ok, "hopper backward: no tensor map for the gradient stage's operands");
+  return maps;
+}
+
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   const size_t stateBytes = size_t(slots) * p.heads * DK * DV * sizeof(T);
@@ -57,7 +73,7 @@ void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream) {
   auto grad = chunkGradKernel<T, DK, DV, Decay>;
   constexpr size_t gradBytes = ChunkGradTiles<T, DK, DV>::kSmemBytes;
   setBackwardSmem(grad, gradBytes);
-  grad<<<dim3(unsigned(slots), p.heads), kGradThreads, gradBytes, stream>>>(p);
+  grad<<<dim3(unsigned(slots), p.heads), kGradThreads, gradBytes, stream>>>(p, chunkGradMaps<T, DK, DV>(p, slots));
   LINAC_CUDA_CHECK_LAUNCH("hopper::chunkGradKernel");
 }
 

@@ -15,13 +15,16 @@
 // transposed operands through Transposed views (no second copies); every output written once.
 // One CTA a SM (161 KB at dk = dv = 128): the loads arrive in three copy groups on mbarriers
 // (q, k, v, d_o; dS_{c+1}; S_c), each warpgroup waiting only for what its next product reads, so
-// D and A are formed while the states are still in flight.
+// D and A are formed while the states are still in flight. The tiles are tensor-map copies
+// (tma.cuh) issued by thread 0, g a cp.async; a packed sequence's partial chunk has its rows past
+// the end zeroed after the copy.
 #pragma once
 
 #include "../chunk_slots.cuh"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
 #include "tiles.cuh"
+#include "tma.cuh"
 
 namespace linac::kernels::cuda::hopper {
 
@@ -47,6 +50,12 @@ struct ChunkGradTiles {
   using MmaKdS = WarpgroupMma<T, C, DV, DK, GMMA::Major::K, GMMA::Major::MN>;  // K dS
   using MmaAtO = WarpgroupMma<T, C, DV, C, GMMA::Major::MN, GMMA::Major::MN>;  // A^T dO
 
+  // Tensor maps (tma.cuh): q, k, v, d_o as (64, 1, C, 1) boxes of [sequences, tokens, H, width];
+  // S_c, dS_{c+1} as (64, DK) boxes of their [slots H dk, dv] rows.
+  struct Maps {
+    CUtensorMap q, k, v, d_o, s, ds;
+  };
+
   static constexpr int kLdE = C + 4;
   // copy groups, in the order the products need them: q, k, v, d_o and g; dS_{c+1}; S_c
   enum LoadGroup { kChunkTiles, kStateGradient, kState, kLoadGroups };
@@ -71,7 +80,8 @@ struct ChunkGradTiles {
 };
 
 template <class T, int DK, int DV, class Decay>
-__global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kGradThreads, 1)
+    chunkGradKernel(const BackwardParams p, const __grid_constant__ typename ChunkGradTiles<T, DK, DV>::Maps maps) {
   using Tiles = ChunkGradTiles<T, DK, DV>;
   constexpr int C = Tiles::C;
   extern __shared__ __align__(16) uint8_t smemRaw[];
@@ -113,19 +123,32 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunkGradKernel(const Backwar
     for (int group = 0; group < Tiles::kLoadGroups; ++group) barrierInit(&sm.loaded[group], kGradThreads);
   __syncthreads();  // the mbarriers exist before any thread arrives
   {
-    const int64_t offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
-    const int64_t slot = ((coff + chunk) * H + h) * int64_t(DK) * DV;
-    loadTile<false, C, DK, kGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
-    loadTile<false, C, DK, kGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
-    loadTile<false, C, DV, kGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
-    loadTile<false, C, DV, kGradThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV, rowV, rows);
+    // the maps' (token, sequence) of the chunk, and its first row of S_c / dS_{c+1}
+    const int mapSeq = p.cu_seqlens ? 0 : n, mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+    const int stateRow = int(((coff + chunk) * H + h) * DK);
+    uint64_t* bars = sm.loaded;
+    if (tid == 0) {
+      barrierExpectBytes(&bars[Tiles::kChunkTiles], 2 * C * (DK + DV) * sizeof(T));
+      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken, mapSeq, &bars[Tiles::kChunkTiles]);
+      bulkLoadTile4d<false, C, DK>(tK, 0, &maps.k, 0, h, mapToken, mapSeq, &bars[Tiles::kChunkTiles]);
+      bulkLoadTile4d<false, C, DV>(tV, 0, &maps.v, 0, h, mapToken, mapSeq, &bars[Tiles::kChunkTiles]);
+      bulkLoadTile4d<false, C, DV>(tO, 0, &maps.d_o, 0, h, mapToken, mapSeq, &bars[Tiles::kChunkTiles]);
+      barrierExpectBytes(&bars[Tiles::kStateGradient], DK * DV * sizeof(T));
+      bulkLoadTile2d<false, DK, DV>(tDS, 0, &maps.ds, 0, stateRow, &bars[Tiles::kStateGradient]);
+      barrierExpectBytes(&bars[Tiles::kState], DK * DV * sizeof(T));
+      bulkLoadTile2d<false, DK, DV>(tS, 0, &maps.s, 0, stateRow, &bars[Tiles::kState]);
+    }
     stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
-    copyArrive(&sm.loaded[Tiles::kChunkTiles]);
-    loadTile<false, DK, DV, kGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + slot, DV, DK);
-    copyArrive(&sm.loaded[Tiles::kStateGradient]);
-    loadTile<false, DK, DV, kGradThreads>(tS, 0, static_cast<const T*>(p.states) + slot, DV, DK);
-    copyArrive(&sm.loaded[Tiles::kState]);
+    for (int group = 0; group < Tiles::kLoadGroups; ++group) copyArrive(&bars[group]);
     waitFor(Tiles::kChunkTiles);
+    if (p.cu_seqlens != nullptr && rows < C) {  // the boxes ran into the next sequence's tokens
+      zeroRows<false, C, DK, kGradThreads>(tQ, 0, rows);
+      zeroRows<false, C, DK, kGradThreads>(tK, 0, rows);
+      zeroRows<false, C, DV, kGradThreads>(tV, 0, rows);
+      zeroRows<false, C, DV, kGradThreads>(tO, 0, rows);
+      fenceToAsyncProxy();
+      __syncthreads();  // every thread's zeroes before any product reads the tiles
+    }
     if constexpr (Decay::kActive) {
       if (tid < 32) chunkLogDecay<Decay>(sm.b, sm.g, p.g, rows, h);
       __syncthreads();
