@@ -71,36 +71,31 @@ constexpr bool boxesMatch() {
          (Cc == W || offset(0, W) == R * W) && offset(R - 1, Cc - 1) == R * Cc - 1;
 }
 
-/// Issues the boxes of stage `stage` of `dst` ([R, Cc], Cc contiguous in global memory and in the
-/// tile) from a 4-D map (Cc-wide columns, heads, tokens, sequences) at column `col`, head `h`,
-/// token `t` of sequence `n`; returns the bytes they will complete on `bar`. One thread calls it.
-template <bool kColMajor, int R, int Cc, class T, class L>
-__device__ uint32_t bulkLoadTile4d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int col, int h,
-                                   int t, int n, uint64_t* bar) {
+/// Calls issue(shared address, column) for each box of stage `stage` of `dst` ([R, Cc], Cc
+/// contiguous in global memory and in the tile), its columns from `col` on.
+template <bool kColMajor, int R, int Cc, class T, class L, class Issue>
+__device__ void forEachBox(const SmemTile<T, L>& dst, int stage, int col, Issue issue) {
   constexpr int W = boxWidth<Cc>();
-  static_assert(boxesMatch<L, kColMajor, R, Cc>(),
-                "the tile's stage is not a sequence of (W, R) boxes");
+  static_assert(boxesMatch<L, kColMajor, R, Cc>(), "the tile's stage is not a sequence of (W, R) boxes");
   CUTE_UNROLL
-  for (int j = 0; j < Cc / W; ++j) {
-    const uint32_t at = kColMajor ? dst.at(j * W, 0, stage) : dst.at(0, j * W, stage);
-    bulkLoad4d(at, map, col + j * W, h, t, n, bar);
-  }
-  return uint32_t(R * Cc * sizeof(T));
+  for (int j = 0; j < Cc / W; ++j)
+    issue(kColMajor ? dst.at(j * W, 0, stage) : dst.at(0, j * W, stage), col + j * W);
+}
+
+/// Issues stage `stage` of `dst` from a 4-D map (columns, heads, tokens, sequences) at column
+/// `col`, head `h`, token `t` of sequence `n`, completing on `bar` (R * Cc elements). One thread
+/// calls it.
+template <bool kColMajor, int R, int Cc, class T, class L>
+__device__ void bulkLoadTile4d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int col, int h,
+                               int t, int n, uint64_t* bar) {
+  forEachBox<kColMajor, R, Cc>(dst, stage, col, [&](uint32_t at, int c) { bulkLoad4d(at, map, c, h, t, n, bar); });
 }
 
 /// The same from a 2-D map (columns, rows) at column `col`, row `row`.
 template <bool kColMajor, int R, int Cc, class T, class L>
-__device__ uint32_t bulkLoadTile2d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int col,
-                                   int row, uint64_t* bar) {
-  constexpr int W = boxWidth<Cc>();
-  static_assert(boxesMatch<L, kColMajor, R, Cc>(),
-                "the tile's stage is not a sequence of (W, R) boxes");
-  CUTE_UNROLL
-  for (int j = 0; j < Cc / W; ++j) {
-    const uint32_t at = kColMajor ? dst.at(j * W, 0, stage) : dst.at(0, j * W, stage);
-    bulkLoad2d(at, map, col + j * W, row, bar);
-  }
-  return uint32_t(R * Cc * sizeof(T));
+__device__ void bulkLoadTile2d(const SmemTile<T, L>& dst, int stage, const CUtensorMap* map, int col,
+                               int row, uint64_t* bar) {
+  forEachBox<kColMajor, R, Cc>(dst, stage, col, [&](uint32_t at, int c) { bulkLoad2d(at, map, c, row, bar); });
 }
 
 // ---- host ----------------------------------------------------------------------------------------
