@@ -179,6 +179,7 @@ def main():
     dev = "cuda"
     model = HybridLM(args.variant, args.ratio, args.layers, args.hidden, args.attn_heads, args.vocab).to(dev)
     params = sum(p.numel() for p in model.parameters())
+    print(f"fla-layers {args.variant}: {params:,} parameters on {dev}", file=sys.stderr, flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     if args.loss == "fused":
         from fla.modules import FusedLinearCrossEntropyLoss

@@ -207,7 +207,9 @@ verify_cuda() {
 keep_winners() {
   local target=$1
   echo "fla warm-up done: $((SECONDS - start)) s"
-  grep -hE "warmed|Error" "$WARM"/*.out | head -14
+  # the ops' and models' outcomes: "warmed ...", a model's first step, any error (fla_model_bench's
+  # JSON row says "error")
+  grep -hiE "warmed|error|step 0:" "$WARM"/*.out | head -14
   if [ "$target" = "$ALL" ]; then
     # The winners only: autotune results copied to MIN, then each op / model once more against
     # MIN (no candidates benchmarked: only the chosen configs compile).
