@@ -77,7 +77,7 @@
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
-# Knobs (space-separated lists): VERIFY_SPECS (empty: none), VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
+# Knobs (space-separated lists; set but empty: none): VERIFY_SPECS, VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
 # (default: every op), FLA_WIDE_SHAPE (fla's Gated DeltaNet also at this B,T,H,DKxDV: default its 340m
 # heads, 4,4096,4,256x512; empty skips it), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
@@ -100,10 +100,10 @@ SHAPES=${VERIFY_SHAPES:-2,150,2,64,128;1,130,1,256,128}
 SHAPE_ARGS=(); IFS=';' read -ra _shapes <<< "$SHAPES"; for _s in "${_shapes[@]}"; do SHAPE_ARGS+=(--shape "$_s"); done
 LINEAR_SPECS=$(for s in specs/*.yaml; do n=$(basename "$s" .yaml); [ "$n" = attention ] || echo "$n"; done)
 VERIFY_SPECS=${VERIFY_SPECS-$LINEAR_SPECS}  # set but empty: none (prepare: fla warms with the GPU to itself)
-BENCH_SPECS=${BENCH_SPECS:-$(echo "$LINEAR_SPECS" | grep -v -e gated_delta_diag -e gated_deltanet_6h)}  # fla has neither
-FLA_OPS=${FLA_OPS:-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
+BENCH_SPECS=${BENCH_SPECS-$(echo "$LINEAR_SPECS" | grep -v -e gated_delta_diag -e gated_deltanet_6h)}  # fla has neither
+FLA_OPS=${FLA_OPS-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
 MODELS=${MODELS-gated_deltanet gla}
-WARM_OPS=${WARM_OPS:-$FLA_OPS}
+WARM_OPS=${WARM_OPS-$FLA_OPS}
 FLA_WIDE_SHAPE=${FLA_WIDE_SHAPE-4,4096,4,256x512}  # Gated DeltaNet's 340m heads for fla too; empty: none
 WARM_MODELS=${WARM_MODELS-$MODELS}
 BYPASS=(); [ "${FLA_BYPASS:-0}" = 1 ] && BYPASS=(--bypass-hopper-guard)
@@ -210,6 +210,12 @@ keep_winners() {
   # the ops' and models' outcomes: "warmed ...", a model's first step, any error (fla_model_bench's
   # JSON row says "error")
   grep -hiE "warmed|error|step 0:" "$WARM"/*.out | head -14
+  # KEEP_ALL=1: a `time` call follows on this warm machine and reads ALL itself (no second warm-up)
+  if [ "$target" = "$ALL" ] && [ "${KEEP_ALL:-0}" = 1 ]; then
+    cat "$WARM"/*.out > "$OUT/warm.log"
+    echo "fla cache kept in $ALL for the next call on this machine"
+    return 0
+  fi
   if [ "$target" = "$ALL" ]; then
     # The winners only: autotune results copied to MIN, then each op / model once more against
     # MIN (no candidates benchmarked: only the chosen configs compile).
@@ -317,6 +323,8 @@ lab() {
 timed() {
   restore_cache
   export TRITON_CACHE_DIR=$MIN
+  # a prepare call with KEEP_ALL=1 on this still-warm machine left every candidate in ALL
+  [ ! -d "$MIN" ] && [ -d "$ALL" ] && TRITON_CACHE_DIR=$ALL && echo "fla cache: $ALL (this machine's warm-up)"
   build || exit 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   rm -f "$OUT"/*.jsonl /tmp/linac_bench.txt
@@ -345,6 +353,31 @@ timed() {
     cp "/tmp/run-$v/metrics.jsonl" "$SUM/linac_metrics_$v.jsonl" 2>/dev/null
     cat "$SUM/linac_train_$v.log" >> "$OUT/train.log"
   done
+  if [ "${RUN_LOSS_AGREE:-0}" = 1 ]; then  # issue 14: the fused LM head + loss against full logits
+    local lv=${MODELS%% *}; lv=${lv:-gated_deltanet}
+    for fl in on off; do
+      rm -rf "/tmp/run-loss-$fl"
+      phase 90 $L train "specs/$lv.yaml" "${common[@]}" --batch 4 --seq-len 4096 --steps 50 --log-every 1 \
+        --fused-loss "$fl" --out "/tmp/run-loss-$fl" > "/tmp/loss_$fl.log" 2>&1
+      echo "linac train $lv 50 steps --fused-loss $fl rc=$? ($((SECONDS - start)) s)"
+      grep -E "step 50/|error" "/tmp/loss_$fl.log" | tail -1
+      cat "/tmp/loss_$fl.log" >> "$OUT/train.log"
+    done
+    python3 bench/loss_agreement.py /tmp/run-loss-on/metrics.jsonl /tmp/run-loss-off/metrics.jsonl \
+      --json "$OUT/loss_agreement.jsonl" | tee -a "$OUT/table.txt"
+  fi
+  if [ -n "${RUN_13B:-}" ]; then  # RUN_13B="SPEC BATCH [FLAGS]": the 1.3b preset at 3:1, T 4096, 8 steps
+    read -r s13 b13 f13 <<< "$RUN_13B"
+    rm -rf /tmp/run-13b
+    # shellcheck disable=SC2086
+    phase 150 $L train "specs/$s13.yaml" --preset 1.3b --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 \
+      --checkpoint-every 100000 "${tokenizer[@]}" --batch "$b13" --seq-len 4096 --steps 8 --log-every 1 $f13 \
+      --out /tmp/run-13b > "$SUM/linac_train_${s13}_1.3b.log" 2>&1
+    echo "linac train $s13 1.3b batch $b13 ${f13:-} rc=$? ($((SECONDS - start)) s)"
+    grep -E "parameters|step .*tok/s|peak|error" "$SUM/linac_train_${s13}_1.3b.log" | tail -4
+    cp /tmp/run-13b/metrics.jsonl "$SUM/linac_metrics_${s13}_1.3b.jsonl" 2>/dev/null
+    cat "$SUM/linac_train_${s13}_1.3b.log" >> "$OUT/train.log"
+  fi
   if [ "${RUN_LONG:-0}" = 1 ]; then
     rm -rf /tmp/run-long
     phase 120 $L train specs/gated_deltanet.yaml "${common[@]}" --batch 1 --seq-len 2048 --steps 200 --log-every 25 \
