@@ -511,7 +511,11 @@ void launchBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_dq = (want_dq && !f32) ? carve(size_t(rows) * DK * 4) : 0;
   const size_t o_dk = (want_dk && !f32) ? carve(size_t(rows) * DK * 4) : 0;
   const bool want_du = kind.readout == Readout::ExclusiveBonus && a.d_u;
-  const bool want_dgfix = kind.decay == DecayClass::Fixed && a.d_g;
+  // fp32 additive fixed class with an inclusive readout: d_g in double from the inputs
+  // (fixedClassDgFromInputs) instead of from this kernel's fp32 states
+  const bool scan_dg = f32 && kind.decay == DecayClass::Fixed && a.d_g && kind.update == UpdateRule::Additive &&
+                       kind.readout == Readout::Inclusive;
+  const bool want_dgfix = kind.decay == DecayClass::Fixed && a.d_g && !scan_dg;
   const size_t o_du = want_du ? carve(size_t(N) * H * nvb * DK * 4) : 0;
   const size_t o_dgf = want_dgfix ? carve(size_t(N) * H * nvb * 8) : 0;
   const Workspace workspace(off, stream);
@@ -580,6 +584,7 @@ void launchBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
         p.du, want_du ? a.d_u : nullptr, p.dgfix, want_dgfix ? a.d_g : nullptr, N, H, nvb, DK);
     LINAC_CUDA_CHECK_LAUNCH("reducePartialsKernel");
   }
+  if (scan_dg) fixedClassDgFromInputs(s, a, N, stream);
 }
 
 template <typename T>

@@ -551,7 +551,7 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_dg = token_dg ? carve(size_t(nks) * (rows > 0 ? rows : 1) * sizeof(float)) : 0;
   const size_t o_fix =
       !fixed_dg ? 0
-      : scan_fixed_dg ? carve(size_t(N) * H * nks * nvb * sizeof(double))
+      : scan_fixed_dg ? carve(size_t(N) * H * fixedDgScanParts(DK, dv) * sizeof(double))
                       : carve(size_t(N) * H * sizeof(double));
   const Workspace workspace(off, stream);
   char* ws = reinterpret_cast<char*>(workspace.data());

@@ -2,7 +2,9 @@
 // states the rest of its maths; tests/runtime/cuda/additive_bwd_f32_check.py models it), in double
 // from the inputs alone.
 #include "chunk_backward_additive.cuh"
+#include "chunk_backward_paths.h"
 #include "chunk_slots.cuh"
+#include "workspace.h"
 
 #include "cuda_check.h"
 
@@ -32,8 +34,10 @@ using namespace additive_bwd;
 // written d_g. Key rows are independent and every term is bilinear in (key slice, value block),
 // so one CTA per (key slice, value block, head, sequence) carries its 64 x 64 blocks of S and Y
 // (thread (ti, tj) = (tid / 16, tid % 16) owns rows ti + 16 a, columns tj + 16 b, a, b < 4) and
-// writes its part to part [N, H, DK / kSlice * dv / kSlice]. The chunk's tiles are converted to
-// double once, as they are stored (each element is read by 32 threads).
+// writes its part to part [N, H, DK / kSlice * ceil(dv / kSlice)]. The last value block of a dv
+// that is not a multiple of kSlice holds zeros past dv (v, d_o, h0 and d_ht read as zero there), which
+// adds nothing to any term. The chunk's tiles are converted to double once, as they are stored (each
+// element is read by 32 threads).
 struct FixedDgSmem {  // offsets in doubles
   static constexpr int LD = kSlice + 1;        // column reads X[tj + 16 b][j] hit 16 distinct bank pairs
   static constexpr int Q = 0;                  // [C, LD] q slice
@@ -49,14 +53,18 @@ struct FixedDgSmem {  // offsets in doubles
 };
 
 /// Stores rows [0, C) x columns [0, kSlice) of a row-strided fp32 matrix (row r at src + r * stride)
-/// as doubles with leading dimension FixedDgSmem::LD; rows >= valid are zeros. Whole CTA.
+/// as doubles with leading dimension FixedDgSmem::LD; rows >= valid and columns >= cols are zeros.
+/// Whole CTA.
 __device__ __forceinline__ void loadChunkF64(double* __restrict__ dst, const float* __restrict__ src,
-                                             int64_t stride, int valid) {
+                                             int64_t stride, int valid, int cols) {
   for (int i = threadIdx.x; i < kC * kSlice; i += blockDim.x) {
     const int r = i / kSlice, c = i - r * kSlice;
-    dst[r * FixedDgSmem::LD + c] = r < valid ? double(__ldg(src + r * stride + c)) : 0.0;
+    dst[r * FixedDgSmem::LD + c] = r < valid && c < cols ? double(__ldg(src + r * stride + c)) : 0.0;
   }
 }
+
+/// Value blocks of kSlice columns covering dv (the last one partial when kSlice does not divide dv).
+__host__ __device__ __forceinline__ int valueBlocks(int dv) { return (dv + kSlice - 1) / kSlice; }
 static_assert(kThreads == 256 && kC == 64 && kSlice == 64, "16 x 16 threads of 4 x 4 elements");
 
 template <int DK>
@@ -74,9 +82,10 @@ __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams
   double* sRed = smemd + L::Red;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, ti = tid >> 4, tj = tid & 15;
-  const int nvb = p.value_dim / kSlice, ks = int(blockIdx.x) / nvb, vb = int(blockIdx.x) - ks * nvb;
+  const int nvb = valueBlocks(p.value_dim), ks = int(blockIdx.x) / nvb, vb = int(blockIdx.x) - ks * nvb;
   const int h = blockIdx.y, n = blockIdx.z, H = p.heads, dv = p.value_dim;
   const int c0 = ks * kSlice, v0 = vb * kSlice;
+  const int vcols = dv - v0 < kSlice ? dv - v0 : kSlice;  // this block's columns inside dv
   int64_t bos, len, coff;
   seqInfo<kC>(p, n, bos, len, coff);
   const int64_t hbase = (int64_t(n) * H + h) * DK * dv + int64_t(c0) * dv + v0;  // [N, H, DK, dv]
@@ -86,7 +95,8 @@ __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams
   for (int a = 0; a < 4; ++a)
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      S[a][b] = p.h0 ? double(p.h0[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]) : 0.0;
+      const bool col = tj + 16 * b < vcols;
+      S[a][b] = p.h0 && col ? double(p.h0[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]) : 0.0;
       Y[a][b] = 0.0;
     }
   double acc = 0.0;
@@ -96,10 +106,10 @@ __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams
     const int64_t tk = bos + ch * kC;
     const int lc = int((len - ch * kC) < kC ? (len - ch * kC) : int64_t(kC));
     __syncthreads();  // previous chunk's reads done
-    loadChunkF64(sQ, p.q + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
-    loadChunkF64(sK, p.k + (tk * H + h) * DK + c0, int64_t(H) * DK, lc);
-    loadChunkF64(sdO, p.d_o + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
-    loadChunkF64(sV, p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc);
+    loadChunkF64(sQ, p.q + (tk * H + h) * DK + c0, int64_t(H) * DK, lc, kSlice);
+    loadChunkF64(sK, p.k + (tk * H + h) * DK + c0, int64_t(H) * DK, lc, kSlice);
+    loadChunkF64(sdO, p.d_o + (tk * H + h) * dv + v0, int64_t(H) * dv, lc, vcols);
+    loadChunkF64(sV, p.v + (tk * H + h) * dv + v0, int64_t(H) * dv, lc, vcols);
     if (warp == 0) {
       const float g0 = lane < lc ? decayAt(p, tk + lane, h) : 0.f;
       const float g1 = lane + 32 < lc ? decayAt(p, tk + lane + 32, h) : 0.f;
@@ -192,7 +202,8 @@ __global__ void __launch_bounds__(kThreads) fixedDgScanKernel(const AddBwdParams
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        acc = fma(Y[a][b], double(p.d_ht[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]), acc);
+        if (tj + 16 * b < vcols)
+          acc = fma(Y[a][b], double(p.d_ht[hbase + int64_t(ti + 16 * a) * dv + tj + 16 * b]), acc);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) sRed[warp] = acc;
@@ -218,7 +229,7 @@ __global__ void fixedDgScanReduceKernel(const double* __restrict__ part,  // [N,
 
 template <int DK>
 void launchScan(const AddBwdParams<float>& p, double* part, cudaStream_t stream) {
-  const int nks = DK / kSlice, nvb = p.value_dim / kSlice;
+  const int nks = DK / kSlice, nvb = valueBlocks(p.value_dim);
   auto kernel = fixedDgScanKernel<DK>;
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(FixedDgSmem::bytes)));
@@ -230,6 +241,8 @@ void launchScan(const AddBwdParams<float>& p, double* part, cudaStream_t stream)
 
 namespace additive_bwd {
 
+int fixedDgScanParts(int dk, int dv) { return dk / kSlice * valueBlocks(dv); }
+
 void launchFixedDgScan(const AddBwdParams<float>& p, int dk, double* part, float* dg, cudaStream_t stream) {
   switch (dk) {
     case 64: launchScan<64>(p, part, stream); break;
@@ -237,11 +250,34 @@ void launchFixedDgScan(const AddBwdParams<float>& p, int dk, double* part, float
     case 256: launchScan<256>(p, part, stream); break;
     default: LINAC_REQUIRE(false, "launchFixedDgScan: dk must be 64, 128 or 256, got " + std::to_string(dk));
   }
-  const int H = p.heads, blocks = dk / kSlice * (p.value_dim / kSlice);
+  const int H = p.heads, blocks = fixedDgScanParts(dk, p.value_dim);
   fixedDgScanReduceKernel<<<(H + kReduceThreads - 1) / kReduceThreads, kReduceThreads, 0, stream>>>(
       part, p.num_seqs, H, blocks, dg);
   LINAC_CUDA_CHECK_LAUNCH("fixedDgScanReduceKernel");
 }
 
 }  // namespace additive_bwd
+
+void fixedClassDgFromInputs(const RecurrenceShape& s, const RecurrenceBackwardArgs& a, int N, cudaStream_t stream) {
+  const int H = int(s.heads), dv = int(s.value_dim), dk = int(s.key_dim);
+  const Workspace workspace(size_t(N) * H * additive_bwd::fixedDgScanParts(dk, dv) * sizeof(double), stream);
+  AddBwdParams<float> p{};
+  p.q = static_cast<const float*>(a.fwd.q);
+  p.k = static_cast<const float*>(a.fwd.k);
+  p.v = static_cast<const float*>(a.fwd.v);
+  p.d_o = static_cast<const float*>(a.d_o);
+  p.g = a.fwd.g;
+  p.h0 = a.fwd.h0;
+  p.d_ht = a.d_ht;
+  p.cu_seqlens = s.cu_seqlens;
+  p.seq_len = s.seq_len;
+  p.chunks_per_seq = s.seq_len > 0 ? (s.seq_len + kC - 1) / kC : 1;
+  p.num_seqs = N;
+  p.heads = H;
+  p.value_dim = dv;
+  p.scale = a.fwd.scale;
+  p.decay = int(DecayClass::Fixed);
+  additive_bwd::launchFixedDgScan(p, dk, reinterpret_cast<double*>(workspace.data()), a.d_g, stream);
+}
+
 }  // namespace linac::kernels::cuda

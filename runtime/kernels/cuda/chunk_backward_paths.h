@@ -21,6 +21,13 @@ bool additiveBackwardSupported(const RecurrenceKind& kind, const RecurrenceShape
 void additiveChunkBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
                            const RecurrenceBackwardArgs& args, int num_seqs, cudaStream_t stream);
 
+/// fp32 additive rule, inclusive readout, Fixed decay: writes d_g [H] in double from the inputs
+/// alone (q, k, v, d_o, g, h0, d_ht; chunk_backward_fixed_dg.cu), dk 64, 128 or 256 and any dv. The tensor-core additive path forms its fp32 fixed-class d_g this
+/// way; the exact kernel takes it too, since its fp32 states under cancellation miss the 1e-5 gate
+/// on some draws (NOTES.md, "fp32 additive backward's d_g").
+void fixedClassDgFromInputs(const RecurrenceShape& shape, const RecurrenceBackwardArgs& args, int num_seqs,
+                            cudaStream_t stream);
+
 // ---- delta rule (chunk_backward_delta.cu) --------------------------------------------------------
 /// True for {Delta, Inclusive, decay None / Fixed / Scalar}, dk in {64, 128, 256}, dv a positive
 /// multiple of 64.
