@@ -351,6 +351,8 @@ timed() {
       --out "/tmp/run-$v" > "$SUM/linac_train_$v.log" 2>&1
     echo "linac train $v rc=$? ($((SECONDS - start)) s)"; grep -E "step .*tok/s|error" "$SUM/linac_train_$v.log" | tail -2
     cp "/tmp/run-$v/metrics.jsonl" "$SUM/linac_metrics_$v.jsonl" 2>/dev/null
+    cp "/tmp/run-$v/model.json" "$SUM/linac_model_$v.json" 2>/dev/null
+    cp "/tmp/run-$v/config.json" "$SUM/linac_config_$v.json" 2>/dev/null
     cat "$SUM/linac_train_$v.log" >> "$OUT/train.log"
   done
   if [ "${RUN_LOSS_AGREE:-0}" = 1 ]; then  # issue 14: the fused LM head + loss against full logits
@@ -376,6 +378,8 @@ timed() {
     echo "linac train $s13 1.3b batch $b13 ${f13:-} rc=$? ($((SECONDS - start)) s)"
     grep -E "parameters|step .*tok/s|peak|error" "$SUM/linac_train_${s13}_1.3b.log" | tail -4
     cp /tmp/run-13b/metrics.jsonl "$SUM/linac_metrics_${s13}_1.3b.jsonl" 2>/dev/null
+    cp /tmp/run-13b/model.json "$SUM/linac_model_${s13}_1.3b.json" 2>/dev/null
+    cp /tmp/run-13b/config.json "$SUM/linac_config_${s13}_1.3b.json" 2>/dev/null
     cat "$SUM/linac_train_${s13}_1.3b.log" >> "$OUT/train.log"
   fi
   if [ "${RUN_LONG:-0}" = 1 ]; then
@@ -439,7 +443,8 @@ timed() {
     echo "== the delta rules with LINAC_HOPPER_FUSED_REVERSE=1" | tee -a "$OUT/table.txt"
     python3 bench/compare.py "$OUT/linac_bench_fused.jsonl" "$OUT/fla_bench.jsonl" | tee -a "$OUT/table.txt"
   fi
-  python3 bench/train_summary.py "$SUM" | tee -a "$OUT/table.txt"
+  python3 bench/train_summary.py "$SUM" --rows "$OUT/train_rows.jsonl" --commit "$(git rev-parse --short HEAD 2>/dev/null)" \
+    --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$OUT/table.txt"
 }
 
 # `linac train --preset 340m --profile 3` for each of MODELS at 3:1 (B=4 T=4096 bf16, the 32,000-entry
