@@ -355,11 +355,14 @@ timed() {
     cp "/tmp/run-$v/config.json" "$SUM/linac_config_$v.json" 2>/dev/null
     cat "$SUM/linac_train_$v.log" >> "$OUT/train.log"
   done
-  if [ "${RUN_LOSS_AGREE:-0}" = 1 ]; then  # issue 14: the fused LM head + loss against full logits
+  # issue 14: the fused LM head + loss against full logits, 50 steps each (LOSS_BATCH x LOSS_SEQ,
+  # default 4 x 4096), the first of MODELS (default gated_deltanet)
+  if [ "${RUN_LOSS_AGREE:-0}" = 1 ]; then
     local lv=${MODELS%% *}; lv=${lv:-gated_deltanet}
     for fl in on off; do
       rm -rf "/tmp/run-loss-$fl"
-      phase 90 $L train "specs/$lv.yaml" "${common[@]}" --batch 4 --seq-len 4096 --steps 50 --log-every 1 \
+      phase 90 $L train "specs/$lv.yaml" "${common[@]}" --batch "${LOSS_BATCH:-4}" --seq-len "${LOSS_SEQ:-4096}" \
+        --steps 50 --log-every 1 --eval-batches 1 \
         --fused-loss "$fl" --out "/tmp/run-loss-$fl" > "/tmp/loss_$fl.log" 2>&1
       echo "linac train $lv 50 steps --fused-loss $fl rc=$? ($((SECONDS - start)) s)"
       grep -E "step 50/|error" "/tmp/loss_$fl.log" | tail -1
@@ -373,7 +376,7 @@ timed() {
     rm -rf /tmp/run-13b
     # shellcheck disable=SC2086
     phase 150 $L train "specs/$s13.yaml" --preset 1.3b --schedule 3:1 --device cuda --lr 3e-4 --eval-every 100000 \
-      --checkpoint-every 100000 "${tokenizer[@]}" --batch "$b13" --seq-len 4096 --steps 8 --log-every 1 $f13 \
+      --checkpoint-every 100000 --eval-batches 1 "${tokenizer[@]}" --batch "$b13" --seq-len 4096 --steps 8 --log-every 1 $f13 \
       --out /tmp/run-13b > "$SUM/linac_train_${s13}_1.3b.log" 2>&1
     echo "linac train $s13 1.3b batch $b13 ${f13:-} rc=$? ($((SECONDS - start)) s)"
     grep -E "parameters|step .*tok/s|peak|error" "$SUM/linac_train_${s13}_1.3b.log" | tail -4
