@@ -25,9 +25,9 @@ void setBackwardSmem(Kernel kernel, size_t bytes) {
 template <class T, int DK, int BV>
 typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, const void* x, const void* y) {
   typename StateScanTiles<T, DK, BV>::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
-  const bool ok = encodeTokenMap<T, DK>(&maps.x, x, DK, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, BV>(&maps.y, y, p.value_dim, p.heads, p.seq_len, seqs, kChunk);
+  const TokenExtent layout = tokenExtent(p);
+  const bool ok = encodeTokenMap<T, DK>(&maps.x, x, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, BV>(&maps.y, y, p.value_dim, p.heads, layout, kChunk);
   LINAC_REQUIRE(ok, "hopper backward: no tensor map for the state passes' operands (a driver "
                     "without cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than "
                     "2^31 rows)");
@@ -38,12 +38,12 @@ typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, 
 template <class T, int DK, int DV>
 typename ChunkGradTiles<T, DK, DV>::Maps chunkGradMaps(const BackwardParams& p, int64_t slots) {
   typename ChunkGradTiles<T, DK, DV>::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  const TokenExtent layout = tokenExtent(p);
   const int64_t stateRows[2] = {DV, slots * p.heads * DK}, stateStride[1] = {DV};
-  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, DV>(&maps.v, p.v, DV, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, DV>(&maps.d_o, p.d_o, DV, p.heads, p.seq_len, seqs, kChunk) &&
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DV>(&maps.v, p.v, DV, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DV>(&maps.d_o, p.d_o, DV, p.heads, layout, kChunk) &&
                   encodeBoxMap<T, DV>(&maps.s, p.states, 2, stateRows, stateStride, 1, DK) &&
                   encodeBoxMap<T, DV>(&maps.ds, p.dstates, 2, stateRows, stateStride, 1, DK);
   LINAC_REQUIRE(ok, "hopper backward: no tensor map for the gradient stage's operands");

@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(kGradThreads, 1)
   __syncthreads();  // the mbarriers exist before any thread arrives
   {
     // the maps' (token, sequence) of the chunk, and its first row of S_c / dS_{c+1}
-    const int mapSeq = p.cu_seqlens ? 0 : n, mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+    const auto origin = tokenMapOrigin<C>(p, n, bos);
+    const int mapToken = origin.chunk(chunk), mapSeq = origin.seq;  // this chunk in the maps
     const int stateRow = int(((coff + chunk) * H + h) * DK);
     uint64_t* bars = sm.loaded;
     if (tid == 0) {

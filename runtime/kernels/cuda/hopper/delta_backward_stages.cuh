@@ -33,13 +33,13 @@ void setDeltaBwdSmem(Kernel kernel, size_t bytes) {
 
 /// The state passes' tensor maps (delta_bwd_common.cuh), once p.w points at its workspace.
 template <class T, int DK, int BV>
-DeltaStateMaps deltaStateMaps(const DeltaBackwardParams& p, int64_t tokens) {
+DeltaStateMaps deltaStateMaps(const DeltaBackwardParams& p) {
   DeltaStateMaps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
-  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, len, seqs, kChunk) &&
-                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, len, seqs, kChunk) &&
-                  encodeTokenMap<T, DK>(&maps.w, p.w, DK, p.heads, len, seqs, kChunk) &&
-                  encodeTokenMap<T, BV>(&maps.d_o, p.d_o, p.value_dim, p.heads, len, seqs, kChunk);
+  const TokenExtent layout = tokenExtent(p);
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.w, p.w, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, BV>(&maps.d_o, p.d_o, p.value_dim, p.heads, layout, kChunk);
   LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the state passes' operands (a driver "
                     "without cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than "
                     "2^31 rows)");
@@ -48,19 +48,18 @@ DeltaStateMaps deltaStateMaps(const DeltaBackwardParams& p, int64_t tokens) {
 
 /// The gradient stage's tensor maps (delta_bwd_grad.cuh), once p's workspaces are set.
 template <class T, int DK>
-typename DeltaBwdGradTiles<T, DK>::Maps deltaGradMaps(const DeltaBackwardParams& p, int64_t tokens,
-                                                      int64_t slots) {
+typename DeltaBwdGradTiles<T, DK>::Maps deltaGradMaps(const DeltaBackwardParams& p, int64_t slots) {
   using Tiles = DeltaBwdGradTiles<T, DK>;
   constexpr int C = kChunk, VB = Tiles::VB, KB = Tiles::KB;
   typename Tiles::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
+  const TokenExtent layout = tokenExtent(p);
   const int64_t DV = p.value_dim, stateRows[2] = {DV, slots * p.heads * DK}, stateStride[1] = {DV};
   const bool ok =
-      encodeTokenMap<T, KB>(&maps.q, p.q, DK, p.heads, len, seqs, C) &&
-      encodeTokenMap<T, KB>(&maps.k, p.k, DK, p.heads, len, seqs, C) &&
-      encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, len, seqs, C) &&
-      encodeFloatTokenMap(&maps.ud, p.ud, DV, p.heads, len, seqs, VB, C) &&
-      encodeFloatTokenMap(&maps.dd, p.dd, DV, p.heads, len, seqs, VB, C) &&
+      encodeTokenMap<T, KB>(&maps.q, p.q, DK, p.heads, layout, C) &&
+      encodeTokenMap<T, KB>(&maps.k, p.k, DK, p.heads, layout, C) &&
+      encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, layout, C) &&
+      encodeFloatTokenMap(&maps.ud, p.ud, DV, p.heads, layout, VB, C) &&
+      encodeFloatTokenMap(&maps.dd, p.dd, DV, p.heads, layout, VB, C) &&
       encodeBoxMap<T, VB>(&maps.s, p.states, 2, stateRows, stateStride, 1, KB) &&
       encodeFloatMap(&maps.ds, p.dstates, 2, stateRows, stateStride, VB, 1, KB);
   LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the gradient stage's operands");
@@ -111,19 +110,19 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
   const dim3 chunkGrid(unsigned(slots), p.heads);
   const dim3 gradGrid(unsigned(slots), p.heads, kKeyBlocks);
   const dim3 stateGrid(DV / BV, p.heads, p.num_seqs);
-  const DeltaStateMaps maps = deltaStateMaps<T, DK, BV>(p, tokens);
+  const DeltaStateMaps maps = deltaStateMaps<T, DK, BV>(p);
   if (slots > 0) {
     auto kernel = deltaBwdPrepareKernel<T, DK, DV, Decay>;
     constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
     typename DeltaBwdPrepareTiles<T, DK, DV>::Maps maps{};
-    const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? tokens : p.seq_len;
+    const TokenExtent layout = tokenExtent(p);
     constexpr int VB = DeltaBwdPrepareTiles<T, DK, DV>::VB;
-    const bool ok = encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, len, seqs, C) &&
-                    encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, len, seqs, C) &&
-                    encodeTokenMap<T, VB>(&maps.v, p.v, DV, p.heads, len, seqs, C) &&
-                    encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, len, seqs, C);
+    const bool ok = encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, C) &&
+                    encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, C) &&
+                    encodeTokenMap<T, VB>(&maps.v, p.v, DV, p.heads, layout, C) &&
+                    encodeTokenMap<T, VB>(&maps.d_o, p.d_o, DV, p.heads, layout, C);
     LINAC_REQUIRE(ok, "hopper delta backward: no tensor map for the preparation's operands");
     kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdPrepareKernel");
@@ -160,7 +159,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     constexpr size_t gradBytes = DeltaBwdGradTiles<T, DK>::kSmemBytes;
     static_assert(gradBytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(grad, gradBytes);
-    grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p, deltaGradMaps<T, DK>(p, tokens, slots));
+    grad<<<gradGrid, kDeltaGradThreads, gradBytes, stream>>>(p, deltaGradMaps<T, DK>(p, slots));
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdGradKernel");
   }
   if (slots > 0) {

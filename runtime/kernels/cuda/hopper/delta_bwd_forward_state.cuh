@@ -104,8 +104,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
 
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   constexpr int kLdU = Tiles::kLdU, kUVecs = BV / 4;  // 16-byte vectors per U row
-  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
-  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   // Thread 0 announces and issues W's and K's boxes; every thread arrives once its cp.async
   // copies (U, g) have landed.
   auto loadChunk = [&](int c, int stage) {
@@ -114,8 +113,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
     const int rows = rowsOf(c);
     if (tid == 0) {
       barrierExpectBytes(bar, 2 * C * DK * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, mapToken(c), mapSeq, bar);
-      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, origin.chunk(c), origin.seq, bar);
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, origin.chunk(c), origin.seq, bar);
     }
     const float* ud = p.ud + tok0 * rowV + int64_t(h) * DV + v0;  // [t, BV] of [B, T, H, dv]
     for (int i = tid; i < C * kUVecs; i += kWarpgroupThreads) {

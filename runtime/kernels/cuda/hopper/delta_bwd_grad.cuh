@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kDeltaGradThreads, 1)
   // this key block's columns of q, k, dq, dk, dW and rows of S_c, dS_{c+1}
   const int64_t offK = tok0 * rowK + int64_t(h) * DK + kb * KB;
   // the maps' (token, sequence) of the chunk, and its first row of S_c / dS_{c+1} [slots H dk, dv]
-  const int mapSeq = p.cu_seqlens ? 0 : n;
-  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  const auto origin = tokenMapOrigin<C>(p, n, bos);
+  const int mapToken = origin.chunk(chunk), mapSeq = origin.seq;  // this chunk in the maps
   const int stateRow = int(((coff + chunk) * H + h) * DK + kb * KB);
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dbpart != nullptr;
 

@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const auto tApT = smemTile(sm.ap, typename Tiles::SqT{});
 
   // the maps' (token, sequence) of the chunk (a packed batch is one sequence of all its tokens)
-  const int mapSeq = p.cu_seqlens ? 0 : n;
-  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  const auto origin = tokenMapOrigin<C>(p, n, bos);
+  const int mapToken = origin.chunk(chunk), mapSeq = origin.seq;  // this chunk in the maps
   if (tid == 0) barrierInit(&sm.loaded, kWarpgroupThreads);
   __syncthreads();  // the mbarrier exists before any thread arrives
   if (tid == 0) {

@@ -110,16 +110,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   auto chunkOf = [&](int i) { return numChunks - 1 - i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   auto tokOf = [&](int c) { return bos + int64_t(c) * C; };
-  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
-  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   // Copy groups: thread 0 announces and issues the boxes; every thread arrives once its cp.async
   // copies (g) have landed. first(i) fills stage i % 2 of k and d_o; second(i) q and w.
   auto loadFirst = [&](int c, int stage) {  // what the first product and the scaling read
     uint64_t* bar = &sm.firstLoaded[stage];
     if (tid == 0) {
       barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, mapToken(c), mapSeq, bar);
-      bulkLoadTile4d<true, C, BV>(tO, stage, &maps.d_o, v0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, origin.chunk(c), origin.seq, bar);
+      bulkLoadTile4d<true, C, BV>(tO, stage, &maps.d_o, v0, h, origin.chunk(c), origin.seq, bar);
     }
     stageLogDecay<Decay>(sm.g[stage], p.g, tokOf(c), rowsOf(c), h, H);
     copyArrive(bar);
@@ -127,8 +126,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   auto loadSecond = [&](int c) {  // what only the second product reads
     if (tid == 0) {
       barrierExpectBytes(&sm.secondLoaded, 2 * C * DK * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken(c), mapSeq, &sm.secondLoaded);
-      bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, mapToken(c), mapSeq, &sm.secondLoaded);
+      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, origin.chunk(c), origin.seq, &sm.secondLoaded);
+      bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, origin.chunk(c), origin.seq, &sm.secondLoaded);
     }
     copyArrive(&sm.secondLoaded);
   };

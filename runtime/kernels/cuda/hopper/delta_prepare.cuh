@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV
   float* a = sm.a;
 
   // the maps' (token, sequence) of the chunk (a packed batch is one sequence of all its tokens)
-  const int mapSeq = p.cu_seqlens ? 0 : n;
-  const int mapToken = int((p.cu_seqlens ? bos : 0) + chunk * C);
+  const auto origin = tokenMapOrigin<C>(p, n, bos);
+  const int mapToken = origin.chunk(chunk), mapSeq = origin.seq;  // this chunk in the maps
   const bool partial = p.cu_seqlens != nullptr && rows < C;  // boxes past the end read the next sequence
   if (tid == 0) {
     barrierInit(&sm.keysLoaded, kWarpgroupThreads);

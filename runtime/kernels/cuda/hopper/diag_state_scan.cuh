@@ -100,22 +100,21 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
 
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
-  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
-  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   // Thread 0 announces and issues each group's boxes; the others only arrive.
   auto loadTiles = [&](int c, int stage) {
     uint64_t* bar = &sm.tilesLoaded[stage];
     if (tid == 0) {
       barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tX, stage, mapX, 0, h, mapToken(c), mapSeq, bar);
-      bulkLoadTile4d<true, C, BV>(tY, stage, mapY, v0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tX, stage, mapX, 0, h, origin.chunk(c), origin.seq, bar);
+      bulkLoadTile4d<true, C, BV>(tY, stage, mapY, v0, h, origin.chunk(c), origin.seq, bar);
     }
     copyArrive(bar);
   };
   auto loadDecays = [&](int c) {
     if (tid == 0) {
       barrierExpectBytes(&sm.decaysLoaded, C * DK * sizeof(float));
-      bulkLoad4d(sharedAddress(sm.g), &maps.g, 0, h, mapToken(c), mapSeq, &sm.decaysLoaded);
+      bulkLoad4d(sharedAddress(sm.g), &maps.g, 0, h, origin.chunk(c), origin.seq, &sm.decaysLoaded);
     }
     copyArrive(&sm.decaysLoaded);
   };
@@ -231,14 +230,14 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   auto kernel = diagStateScanKernel<T, DK, BV>;
   constexpr size_t bytes = DiagStateScanTiles<T, DK, BV>::kSmemBytes;
   typename DiagStateScanTiles<T, DK, BV>::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
+  const TokenExtent layout = tokenExtent(p);
   auto rows = [&](CUtensorMap* map, const void* base, int64_t width, auto encode) {
-    return encode(map, base, width, p.heads, p.seq_len, seqs, kChunk);
+    return encode(map, base, width, p.heads, layout, kChunk);
   };
   const bool ok = rows(&maps.k, p.k, DK, encodeTokenMap<T, DK>) && rows(&maps.q, p.q, DK, encodeTokenMap<T, DK>) &&
                   rows(&maps.v, p.v, p.value_dim, encodeTokenMap<T, BV>) &&
                   rows(&maps.d_o, p.d_o, p.value_dim, encodeTokenMap<T, BV>) &&
-                  encodeFloatTokenMap(&maps.g, p.g, DK, p.heads, p.seq_len, seqs, DK, kChunk);
+                  encodeFloatTokenMap(&maps.g, p.g, DK, p.heads, layout, DK, kChunk);
   LINAC_REQUIRE(ok, "hopper diagStateScan: no tensor map for its operands (a driver without "
                     "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));

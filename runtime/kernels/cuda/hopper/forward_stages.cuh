@@ -36,9 +36,9 @@ auto stateOutputMaps(const ForwardParams& p) {
   using Tiles = StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>;
   constexpr bool kDiag = Decay::kClass == DecayClass::Diagonal;
   typename Tiles::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs, len = p.cu_seqlens ? p.tokens : p.seq_len;
+  const TokenExtent layout = tokenExtent(p);
   auto rows = [&](CUtensorMap* map, const void* base, int64_t width, auto encode) {
-    return encode(map, base, width, p.heads, len, seqs, kChunk);
+    return encode(map, base, width, p.heads, layout, kChunk);
   };
   bool ok = rows(&maps.q, kDiag ? p.qd : p.q, DK, encodeTokenMap<T, DK>) &&
             rows(&maps.k, kDiag ? p.kd : p.k, DK, encodeTokenMap<T, DK>) &&
@@ -119,10 +119,10 @@ void launchPrepare(const ForwardParams& p, const PrepareOutputs& out, int64_t sl
   auto kernel = deltaPrepareKernel<T, DK, DV, Decay>;
   constexpr size_t bytes = Tiles::kSmemBytes;
   typename Tiles::Maps maps{};
-  const int64_t seqs = p.cu_seqlens ? 1 : p.num_seqs;  // seq_len: a packed batch's token count
-  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, p.seq_len, seqs, kChunk) &&
-                  encodeTokenMap<T, Tiles::kValueBlock>(&maps.v, p.v, DV, p.heads, p.seq_len, seqs, kChunk);
+  const TokenExtent layout = tokenExtent(p);
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, Tiles::kValueBlock>(&maps.v, p.v, DV, p.heads, layout, kChunk);
   LINAC_REQUIRE(ok, "hopper forward: no tensor map for the preparation's operands");
   setSmem(kernel, bytes);
   kernel<<<dim3(unsigned(slots), p.heads), kWarpgroupThreads, bytes, stream>>>(p, out, maps);

@@ -180,8 +180,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   // The maps' coordinates of chunk c's first token: (token, sequence), a packed batch being one
   // sequence of all its tokens.
-  const int mapSeq = p.cu_seqlens ? 0 : n;
-  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   constexpr uint32_t kQwBytes = (kDelta ? 2 : 1) * C * DK * sizeof(T);
   constexpr uint32_t kRestBytes = (C * DK + C * BV + (kLoadP ? C * C : 0)) * sizeof(T);
 
@@ -190,15 +189,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   // cp.async copies (the log-decays, the diagonal decay) have landed.
   auto loadChunk = [&](int c, int stage, bool withQw) {
     uint64_t* bar = &sm.loaded[stage];
-    const int t = mapToken(c);
+    const int t = origin.chunk(c);
     if (tid == 0) {
       barrierExpectBytes(bar, kRestBytes + (withQw ? kQwBytes : 0));
       if (withQw) {
-        bulkLoadTile4d<false, C, DK>(tQ, stage, &maps.q, 0, h, t, mapSeq, bar);
-        if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, t, mapSeq, bar);
+        bulkLoadTile4d<false, C, DK>(tQ, stage, &maps.q, 0, h, t, origin.seq, bar);
+        if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, stage, &maps.w, 0, h, t, origin.seq, bar);
       }
-      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, t, mapSeq, bar);
-      bulkLoadTile4d<true, C, BV>(tXin, stage, &maps.xin, v0, h, t, mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, t, origin.seq, bar);
+      bulkLoadTile4d<true, C, BV>(tXin, stage, &maps.xin, v0, h, t, origin.seq, bar);
       if constexpr (kLoadP) bulkLoadTile2d<false, C, C>(tP, stage, &maps.p, 0, int(((slot0 + c) * H + h) * C), bar);
     }
     stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
@@ -211,8 +210,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
   auto loadLateQw = [&](int c) {
     if (tid == 0) {
       barrierExpectBytes(&sm.qwLoaded, kQwBytes);
-      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken(c), mapSeq, &sm.qwLoaded);
-      if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, mapToken(c), mapSeq, &sm.qwLoaded);
+      bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, origin.chunk(c), origin.seq, &sm.qwLoaded);
+      if constexpr (kDelta) bulkLoadTile4d<false, C, DK>(tW, 0, &maps.w, 0, h, origin.chunk(c), origin.seq, &sm.qwLoaded);
     }
     copyArrive(&sm.qwLoaded);
   };

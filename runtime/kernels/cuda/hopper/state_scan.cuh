@@ -104,15 +104,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
 
   auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
-  const int mapSeq = p.cu_seqlens ? 0 : n;  // the maps' (token, sequence) of chunk c
-  auto mapToken = [&](int c) { return int((p.cu_seqlens ? bos : 0) + int64_t(c) * C); };
+  const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   // Thread 0 announces and issues the boxes; every thread arrives once its g copy has landed.
   auto loadChunk = [&](int c, int stage) {
     uint64_t* bar = &sm.loaded[stage];
     if (tid == 0) {
       barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tX, stage, &maps.x, 0, h, mapToken(c), mapSeq, bar);
-      bulkLoadTile4d<true, C, BV>(tY, stage, &maps.y, v0, h, mapToken(c), mapSeq, bar);
+      bulkLoadTile4d<false, C, DK>(tX, stage, &maps.x, 0, h, origin.chunk(c), origin.seq, bar);
+      bulkLoadTile4d<true, C, BV>(tY, stage, &maps.y, v0, h, origin.chunk(c), origin.seq, bar);
     }
     stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
     copyArrive(bar);

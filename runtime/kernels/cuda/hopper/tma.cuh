@@ -52,6 +52,21 @@ __device__ inline void bulkLoad4d(uint32_t dst, const CUtensorMap* map, int c0, 
       : "memory");
 }
 
+/// Where a sequence's chunks sit in the token maps (encodeTokenMap): sequence n of a padded batch
+/// from token 0, or a packed batch's one sequence from the sequence's first token `bos`.
+template <int C>
+struct TokenMapOrigin {
+  int seq;        // the maps' sequence coordinate
+  int64_t first;  // the maps' token coordinate of the sequence's first token
+  /// The token coordinate of chunk c's first row.
+  __device__ int chunk(int64_t c) const { return int(first + c * C); }
+};
+
+template <int C, class P>
+__device__ inline TokenMapOrigin<C> tokenMapOrigin(const P& p, int n, int64_t bos) {
+  return {p.cu_seqlens ? 0 : n, p.cu_seqlens ? bos : 0};
+}
+
 /// Elements of 16 bits per row of a box into a tile whose contiguous extent is `extent` (the
 /// swizzle atom's width, tiles.cuh swizzleAtom).
 template <int extent>
@@ -180,21 +195,33 @@ inline bool encodeFloatMap(CUtensorMap* map, const float* base, int rank, const 
                                    base, rank, dims, strides, box);
 }
 
-/// A map of a [sequences, tokens, heads, width] tensor (width contiguous; a packed batch is one
-/// sequence of all its tokens) read by (boxWidth<extent>, 1, rows, 1) boxes.
+/// The token and sequence extents of the token maps: a padded batch's sequences, or a packed
+/// (varlen) batch as one sequence of all its tokens (whose seq_len is that count).
+struct TokenExtent {
+  int64_t seqLen;  // tokens per sequence
+  int64_t seqs;    // sequences
+};
+
+template <class P>
+TokenExtent tokenExtent(const P& p) {
+  return {p.seq_len, p.cu_seqlens ? 1 : p.num_seqs};
+}
+
+/// A map of a [sequences, tokens, heads, width] tensor (width contiguous) read by
+/// (boxWidth<extent>, 1, rows, 1) boxes.
 template <class T, int extent>
-bool encodeTokenMap(CUtensorMap* map, const void* base, int64_t width, int64_t heads, int64_t seqLen,
-                    int64_t seqs, int rows) {
-  const int64_t dims[4] = {width, heads, seqLen, seqs};
-  const int64_t strides[3] = {width, heads * width, seqLen * heads * width};
+bool encodeTokenMap(CUtensorMap* map, const void* base, int64_t width, int64_t heads, TokenExtent tokens,
+                    int rows) {
+  const int64_t dims[4] = {width, heads, tokens.seqLen, tokens.seqs};
+  const int64_t strides[3] = {width, heads * width, tokens.seqLen * heads * width};
   return encodeBoxMap<T, extent>(map, base, 4, dims, strides, 2, rows);
 }
 
 /// The same for fp32, by unswizzled (boxColumns, 1, rows, 1) boxes.
 inline bool encodeFloatTokenMap(CUtensorMap* map, const float* base, int64_t width, int64_t heads,
-                                int64_t seqLen, int64_t seqs, int boxColumns, int rows) {
-  const int64_t dims[4] = {width, heads, seqLen, seqs};
-  const int64_t strides[3] = {width, heads * width, seqLen * heads * width};
+                                TokenExtent tokens, int boxColumns, int rows) {
+  const int64_t dims[4] = {width, heads, tokens.seqLen, tokens.seqs};
+  const int64_t strides[3] = {width, heads * width, tokens.seqLen * heads * width};
   return encodeFloatMap(map, base, 4, dims, strides, boxColumns, 2, rows);
 }
 
