@@ -446,7 +446,9 @@ timed() {
     echo "== the delta rules with LINAC_HOPPER_FUSED_REVERSE=1" | tee -a "$OUT/table.txt"
     python3 bench/compare.py "$OUT/linac_bench_fused.jsonl" "$OUT/fla_bench.jsonl" | tee -a "$OUT/table.txt"
   fi
-  python3 bench/train_summary.py "$SUM" --rows "$OUT/train_rows.jsonl" --commit "$(git rev-parse --short HEAD 2>/dev/null)" \
+  # COMMIT: the caller's commit (the device's copy of the tree may carry stale git metadata: session
+  # 31's said bf7362a for ef6d55d's tree)
+  python3 bench/train_summary.py "$SUM" --rows "$OUT/train_rows.jsonl" --commit "${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" \
     --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$OUT/table.txt"
 }
 
