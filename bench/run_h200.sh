@@ -495,7 +495,7 @@ ab() {
     local tool
     : > "$OUT/ab_sanitizer.log"
     for tool in memcheck racecheck; do
-      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick ${AB_CASES_ARGS:---no-bench} \
+      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick --untimed ${AB_CASES_ARGS:---no-bench} \
         >> "$OUT/ab_sanitizer.log" 2>&1
       echo "$tool rc=$? ($((SECONDS - start)) s)"
     done

@@ -74,9 +74,9 @@ fi
 
 if [ "${SANITIZE:-1}" = 1 ]; then
 echo "== compute-sanitizer (small cases)"
-timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench >"$OUT/sanitizer.log" 2>&1
+timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed >"$OUT/sanitizer.log" 2>&1
 echo "memcheck rc=$?"; tail -4 "$OUT/sanitizer.log"
-timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench >>"$OUT/sanitizer.log" 2>&1
+timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed >>"$OUT/sanitizer.log" 2>&1
 echo "racecheck rc=$?"; tail -3 "$OUT/sanitizer.log"
 fi
 
