@@ -40,8 +40,8 @@
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
 //   --hopper-fused-cluster  that pass split by key block over two-CTA clusters where it applies
-//                 (LINAC_HOPPER_FUSED_REVERSE=cluster; dk = dv = 128 without d_g, so DeltaNet's
-//                 rows): the cases run it, and the backward timings' default column times it
+//                 (LINAC_HOPPER_FUSED_REVERSE=cluster; dk = dv = 128): the cases run it, and the
+//                 backward timings' default column times it
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
 //                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
 //                 case running the winner: the default, named here to override the environment

@@ -120,7 +120,7 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   // dv / 32 of them, which wins also depends on how many sequences x heads fill the GPU.
   // The fallback (LINAC_AUTOTUNE=0) is staged; LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either.
   // LINAC_HOPPER_FUSED_REVERSE=cluster (opt-in, not timed by the tuner): the fused pass split by
-  // key block over two-CTA clusters where it applies (dk = dv = 128, no d_g), else the fused pass.
+  // key block over two-CTA clusters where it applies (dk = dv = 128), else the fused pass.
   const bool fusable = s.key_dim <= 128 && s.value_dim <= 128;
   const char* fusedEnv = std::getenv("LINAC_HOPPER_FUSED_REVERSE");
   if (fusable && fusedEnv != nullptr && std::strcmp(fusedEnv, "cluster") == 0) {

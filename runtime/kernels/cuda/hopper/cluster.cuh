@@ -1,5 +1,5 @@
 // Distributed shared memory across the CTAs of a thread-block cluster (sm_90): the address a
-// shared-memory location has in a peer CTA, stores to it, and the fence that hands such stores to
+// shared-memory location has in a peer CTA, stores to it and loads from it, and the fence that hands such stores to
 // the peer's tensor cores. The barrier that orders them is CuTe's cluster_sync() (an arrive with
 // release semantics, then a wait with acquire semantics, by every thread of every CTA).
 #pragma once
@@ -24,6 +24,12 @@ __device__ inline void stsCluster32(uint32_t clusterAddr, uint32_t v) {
 
 __device__ inline void stsCluster64(uint32_t clusterAddr, float2 v) {
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(clusterAddr), "f"(v.x), "f"(v.y) : "memory");
+}
+
+__device__ inline float ldsCluster32f(uint32_t clusterAddr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(clusterAddr) : "memory");
+  return v;
 }
 
 /// Orders this thread's generic-proxy stores to any CTA's shared memory in the cluster before

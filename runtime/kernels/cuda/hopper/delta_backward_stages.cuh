@@ -6,7 +6,7 @@
 //   4 deltaBwdGradKernel          grid (slots, H, key blocks), 3 wg:  dq, dk part, dW, db part, Z
 //   or, with p.fused_reverse at dk, dv <= 128, 3 and 4 in one pass that keeps dS on chip:
 //   3+4 deltaBwdReverseGradKernel grid (H, N), dk / 64 wg:       dD, dq, dk part, dW, db part, Z, d_h0
-//       (p.fused_cluster at dk = dv = 128 without d_g: grid (2 H, N) in clusters of 2, 1 wg each)
+//       (p.fused_cluster at dk = dv = 128: grid (2 H, N) in clusters of 2, 1 wg each)
 //   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
 // The workspace (delta_bwd_params.h) is one block (workspace.h), released in stream order.
 #pragma once
@@ -161,11 +161,11 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
   }
   if constexpr (kFusable) {
-    // the pass split by key block over a cluster: two CTAs at dk = dv = 128, without d_g's parts
+    // the pass split by key block over a cluster: two CTAs at dk = dv = 128
     constexpr int kCluster = DK == 128 && DV == 128 ? 2 : 1;
     bool clustered = false;
     if constexpr (kCluster > 1) {
-      clustered = fused && p.fused_cluster && !wantDg;
+      clustered = fused && p.fused_cluster;
       if (clustered) launchReverseGradCluster<T, DK, DV, Decay, kCluster>(p, stream);
     }
     if (fused && !clustered) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)

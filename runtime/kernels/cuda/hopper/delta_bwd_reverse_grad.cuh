@@ -32,8 +32,8 @@
 // What the warpgroups of one CTA shared through shared memory then crosses CTAs: A's K dS, a sum
 // over every key block, is formed per CTA and added by the CTA that owns the value block, which
 // writes dD and stores -dD into every CTA's tile (distributed shared memory, two cluster barriers a
-// chunk); dA' is formed in every CTA (dO and D are each CTA's own loads). dg's parts sum over key
-// blocks too, so the cluster form runs without them (the dispatch, delta_backward_stages.cuh).
+// chunk); dA' is formed in every CTA (dO and D are each CTA's own loads); dg's parts, sums over
+// key blocks too, are added by rank 0 from its peers' shared memory after a third barrier.
 #pragma once
 
 #include "cluster.cuh"
@@ -121,8 +121,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
   const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * DV;
-  // the dg parts sum over every key block: one CTA's (the dispatch runs a cluster without them)
-  const bool wantDg = kCluster == 1 && Decay::kClass == DecayClass::Scalar && p.dbpart != nullptr;
+  const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dbpart != nullptr;
 
   const auto tQ = smemTile(sm.q, typename Tiles::Kb{});      // (t, d, key block)
   const auto tQt = smemTile(sm.q, typename Tiles::KbT{});    // (d, t, key block)
@@ -460,25 +459,38 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     if (i + 1 < numChunks) loadFirst(chunkOf(i + 1));
     copyCommit();
 
-    if (wantDg) {  // this chunk's parts: dbpart [B, T, H], zpart [slots, H] (one key block)
-      if (tid < C && tid < rows) {
+    if (wantDg) {  // this chunk's parts: dbpart [B, T, H], zpart [slots, H], over every key block
+      // kCluster > 1: rank 0 reads its peers' row dots from their shared memory, in the order the
+      // one-CTA pass adds them (key blocks ascending), once all are written; they are written
+      // again only after the next chunk's first cluster barrier
+      if constexpr (kCluster > 1) cute::cluster_sync();
+      auto part = [&](const float* x, int src) {  // *x of CTA src
+        if constexpr (kCluster > 1) return src == rank ? *x : ldsCluster32f(clusterAddress(sharedAddress(x), src));
+        else return *x;
+      };
+      if (rank == 0 && tid < C && tid < rows) {
         float q = 0.f, k = 0.f;
         CUTE_UNROLL
-        for (int j = 0; j < NK; ++j) {
-          q += sm.rowQ[j][tid];
-          k += sm.rowK[j][tid];
-        }
+        for (int src = 0; src < kCluster; ++src)
+          CUTE_UNROLL
+          for (int j = 0; j < NK; ++j) {
+            q += part(&sm.rowQ[j][tid], src);
+            k += part(&sm.rowK[j][tid], src);
+          }
         p.dbpart[(tok0 + tid) * H + h] = q - k;
       }
-      if (tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
+      if (rank == 0 && tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
         float kd = 0.f;
         CUTE_UNROLL
-        for (int j = 0; j < NK; ++j) kd += sm.rowKd[j][tid] + sm.rowKd[j][tid + 32];
+        for (int src = 0; src < kCluster; ++src)
+          CUTE_UNROLL
+          for (int j = 0; j < NK; ++j) kd += part(&sm.rowKd[j][tid], src) + part(&sm.rowKd[j][tid + 32], src);
         CUTE_UNROLL
         for (int o = 16; o > 0; o >>= 1) kd += __shfl_xor_sync(0xffffffffu, kd, o);
         if (tid == 0) {
           float z = 0.f;
-          for (int w = 0; w < kThreads / 32; ++w) z += sm.dot[w];
+          for (int src = 0; src < kCluster; ++src)
+            for (int w = 0; w < kThreads / 32; ++w) z += part(&sm.dot[w], src);
           p.zpart[(coff + c) * H + h] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
         }
       }
