@@ -115,11 +115,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 2)
   // copies (g) have landed. first(i) fills stage i % 2 of k and d_o; second(i) q and w.
   auto loadFirst = [&](int c, int stage) {  // what the first product and the scaling read
     uint64_t* bar = &sm.firstLoaded[stage];
-    if (tid == 0) {
-      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tK, stage, &maps.k, 0, h, origin.chunk(c), origin.seq, bar);
-      bulkLoadTile4d<true, C, BV>(tO, stage, &maps.d_o, v0, h, origin.chunk(c), origin.seq, bar);
-    }
+    if (tid == 0)
+      bulkLoadKeyValueChunk<C, DK, BV>(tK, tO, stage, &maps.k, &maps.d_o, v0, h, origin.chunk(c), origin.seq, bar);
     stageLogDecay<Decay>(sm.g[stage], p.g, tokOf(c), rowsOf(c), h, H);
     copyArrive(bar);
   };

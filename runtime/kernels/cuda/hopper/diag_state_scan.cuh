@@ -104,11 +104,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   // Thread 0 announces and issues each group's boxes; the others only arrive.
   auto loadTiles = [&](int c, int stage) {
     uint64_t* bar = &sm.tilesLoaded[stage];
-    if (tid == 0) {
-      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tX, stage, mapX, 0, h, origin.chunk(c), origin.seq, bar);
-      bulkLoadTile4d<true, C, BV>(tY, stage, mapY, v0, h, origin.chunk(c), origin.seq, bar);
-    }
+    if (tid == 0)
+      bulkLoadKeyValueChunk<C, DK, BV>(tX, tY, stage, mapX, mapY, v0, h, origin.chunk(c), origin.seq, bar);
     copyArrive(bar);
   };
   auto loadDecays = [&](int c) {

@@ -108,11 +108,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   // Thread 0 announces and issues the boxes; every thread arrives once its g copy has landed.
   auto loadChunk = [&](int c, int stage) {
     uint64_t* bar = &sm.loaded[stage];
-    if (tid == 0) {
-      barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
-      bulkLoadTile4d<false, C, DK>(tX, stage, &maps.x, 0, h, origin.chunk(c), origin.seq, bar);
-      bulkLoadTile4d<true, C, BV>(tY, stage, &maps.y, v0, h, origin.chunk(c), origin.seq, bar);
-    }
+    if (tid == 0)
+      bulkLoadKeyValueChunk<C, DK, BV>(tX, tY, stage, &maps.x, &maps.y, v0, h, origin.chunk(c), origin.seq, bar);
     stageLogDecay<Decay>(sm.g[stage], p.g, bos + int64_t(c) * C, rowsOf(c), h, H);
     copyArrive(bar);
   };

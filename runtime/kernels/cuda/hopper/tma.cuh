@@ -113,6 +113,19 @@ __device__ void bulkLoadTile2d(const SmemTile<T, L>& dst, int stage, const CUten
   forEachBox<kColMajor, R, Cc>(dst, stage, col, [&](uint32_t at, int c) { bulkLoad2d(at, map, c, row, bar); });
 }
 
+/// A state pass's chunk: its [C, DK] key-side tile (row-major, from `keys` at column 0) and its
+/// [C, BV] value-side tile (column-major, from `values` at column v0), stage `stage` of each,
+/// announced on `bar` and issued at token `t` of sequence `n`, head `h`. One thread calls it; every
+/// thread that waits on `bar` still arrives.
+template <int C, int DK, int BV, class T, class LK, class LV>
+__device__ void bulkLoadKeyValueChunk(const SmemTile<T, LK>& keyTile, const SmemTile<T, LV>& valueTile, int stage,
+                                      const CUtensorMap* keys, const CUtensorMap* values, int v0, int h, int t,
+                                      int n, uint64_t* bar) {
+  barrierExpectBytes(bar, (C * DK + C * BV) * sizeof(T));
+  bulkLoadTile4d<false, C, DK>(keyTile, stage, keys, 0, h, t, n, bar);
+  bulkLoadTile4d<true, C, BV>(valueTile, stage, values, v0, h, t, n, bar);
+}
+
 // ---- host ----------------------------------------------------------------------------------------
 
 /// cuda.h's cuTensorMapEncodeTiled, called through the driver's entry point (declared, not linked).
