@@ -549,10 +549,7 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
   const size_t o_s = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_ds = carve(state_bytes > 0 ? state_bytes : 1);
   const size_t o_dg = token_dg ? carve(size_t(nks) * (rows > 0 ? rows : 1) * sizeof(float)) : 0;
-  const size_t o_fix =
-      !fixed_dg ? 0
-      : scan_fixed_dg ? carve(size_t(N) * H * fixedDgScanParts(DK, dv) * sizeof(double))
-                      : carve(size_t(N) * H * sizeof(double));
+  const size_t o_fix = fixed_dg && !scan_fixed_dg ? carve(size_t(N) * H * sizeof(double)) : 0;
   const Workspace workspace(off, stream);
   char* ws = reinterpret_cast<char*>(workspace.data());
 
@@ -598,11 +595,7 @@ void launchAdditiveBwd(const RecurrenceKind& kind, const RecurrenceShape& s,
     kernel<<<dim3(unsigned(slots), H, nvb), kThreads, DvSmem::bytes, stream>>>(p);
     LINAC_CUDA_CHECK_LAUNCH("dvKernel");
   }
-  if constexpr (kF32) {
-    if (scan_fixed_dg) {
-      launchFixedDgScan(p, DK, reinterpret_cast<double*>(ws + o_fix), a.d_g, stream);
-    }
-  }
+  if (scan_fixed_dg) fixedClassDgFromInputs(s, a, N, stream);
   if (token_dg) {
     double* fixed_part = fixed_dg ? reinterpret_cast<double*>(ws + o_fix) : nullptr;
     dgKernel<T><<<dim3(H, N), kDgThreads, 0, stream>>>(p, nks, fixed_dg ? nullptr : a.d_g,

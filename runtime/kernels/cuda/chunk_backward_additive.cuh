@@ -67,13 +67,4 @@ __device__ __forceinline__ float decayAt(const P& p, int64_t tok, int h) {
   return 0.f;
 }
 
-/// Parts per (sequence, head) of fixedDgScanKernel: dk / kSlice key slices x ceil(dv / kSlice)
-/// value blocks.
-int fixedDgScanParts(int dk, int dv);
-
-/// d_g [H] of the fp32 fixed class: fixedDgScanKernel over every (key slice, value block, head,
-/// sequence) into part [N, H, fixedDgScanParts(dk, dv)] (doubles), then their sum per head in a
-/// fixed order (chunk_backward_fixed_dg.cu). dk is 64, 128 or 256.
-void launchFixedDgScan(const AddBwdParams<float>& p, int dk, double* part, float* dg, cudaStream_t stream);
-
 }  // namespace linac::kernels::cuda::additive_bwd

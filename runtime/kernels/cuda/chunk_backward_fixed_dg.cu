@@ -237,12 +237,12 @@ void launchScan(const AddBwdParams<float>& p, double* part, cudaStream_t stream)
   LINAC_CUDA_CHECK_LAUNCH("fixedDgScanKernel");
 }
 
-}  // namespace
-
-namespace additive_bwd {
-
+/// Parts per (sequence, head) of fixedDgScanKernel: dk / kSlice key slices x ceil(dv / kSlice)
+/// value blocks.
 int fixedDgScanParts(int dk, int dv) { return dk / kSlice * valueBlocks(dv); }
 
+/// d_g [H]: fixedDgScanKernel over every (key slice, value block, head, sequence) into part [N, H,
+/// fixedDgScanParts(dk, dv)] (doubles), then their sum per head in a fixed order.
 void launchFixedDgScan(const AddBwdParams<float>& p, int dk, double* part, float* dg, cudaStream_t stream) {
   switch (dk) {
     case 64: launchScan<64>(p, part, stream); break;
@@ -256,11 +256,11 @@ void launchFixedDgScan(const AddBwdParams<float>& p, int dk, double* part, float
   LINAC_CUDA_CHECK_LAUNCH("fixedDgScanReduceKernel");
 }
 
-}  // namespace additive_bwd
+}  // namespace
 
 void fixedClassDgFromInputs(const RecurrenceShape& s, const RecurrenceBackwardArgs& a, int N, cudaStream_t stream) {
   const int H = int(s.heads), dv = int(s.value_dim), dk = int(s.key_dim);
-  const Workspace workspace(size_t(N) * H * additive_bwd::fixedDgScanParts(dk, dv) * sizeof(double), stream);
+  const Workspace workspace(size_t(N) * H * fixedDgScanParts(dk, dv) * sizeof(double), stream);
   AddBwdParams<float> p{};
   p.q = static_cast<const float*>(a.fwd.q);
   p.k = static_cast<const float*>(a.fwd.k);
@@ -277,7 +277,7 @@ void fixedClassDgFromInputs(const RecurrenceShape& s, const RecurrenceBackwardAr
   p.value_dim = dv;
   p.scale = a.fwd.scale;
   p.decay = int(DecayClass::Fixed);
-  additive_bwd::launchFixedDgScan(p, dk, reinterpret_cast<double*>(workspace.data()), a.d_g, stream);
+  launchFixedDgScan(p, dk, reinterpret_cast<double*>(workspace.data()), a.d_g, stream);
 }
 
 }  // namespace linac::kernels::cuda

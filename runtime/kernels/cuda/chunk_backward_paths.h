@@ -22,9 +22,10 @@ void additiveChunkBackward(const RecurrenceKind& kind, DType dtype, const Recurr
                            const RecurrenceBackwardArgs& args, int num_seqs, cudaStream_t stream);
 
 /// fp32 additive rule, inclusive readout, Fixed decay: writes d_g [H] in double from the inputs
-/// alone (q, k, v, d_o, g, h0, d_ht; chunk_backward_fixed_dg.cu), dk 64, 128 or 256 and any dv. The tensor-core additive path forms its fp32 fixed-class d_g this
-/// way; the exact kernel takes it too, since its fp32 states under cancellation miss the 1e-5 gate
-/// on some draws (NOTES.md, "fp32 additive backward's d_g").
+/// alone (q, k, v, d_o, g, h0, d_ht; chunk_backward_fixed_dg.cu), dk 64, 128 or 256 and any dv.
+/// Both the tensor-core additive path and the exact kernel form their fp32 fixed-class d_g this
+/// way: from fp32 states under cancellation it missed the 1e-5 gate on some draws (NOTES.md,
+/// "fp32 additive backward's d_g").
 void fixedClassDgFromInputs(const RecurrenceShape& shape, const RecurrenceBackwardArgs& args, int num_seqs,
                             cudaStream_t stream);
 
