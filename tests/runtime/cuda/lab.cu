@@ -39,9 +39,10 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
-//   --hopper-fused-cluster  that pass split by key block over two-CTA clusters where it applies
-//                 (LINAC_HOPPER_FUSED_REVERSE=cluster; dk = dv = 128): the cases run it, and the
-//                 backward timings' default column times it
+//   --hopper-fused-cluster  that pass, split by key block over two-CTA clusters where it applies
+//                 (LINAC_HOPPER_FUSED_REVERSE=1 LINAC_HOPPER_FUSED_CLUSTER=1; dk = dv = 128): the
+//                 cases run it, and the backward timings' default column times it ('alt' stays the
+//                 one-CTA pass)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
 //                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
 //                 case running the winner: the default, named here to override the environment
@@ -926,7 +927,9 @@ void benchBackward() {
     const double hms = backward();
     char alt[16] = "-";  // the delta rule's stages 3 and 4 as one pass (dk and dv <= 128)
     if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
-      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
+      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", [&] {
+                      return withEnv("LINAC_HOPPER_FUSED_CLUSTER", "0", backward);
+                    }));
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
     const RecurrenceBackwardArgs& trained = r.decayLearned ? ba : nb;
@@ -981,7 +984,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-fused-cluster")) setenv("LINAC_HOPPER_FUSED_REVERSE", "cluster", 1);
+    else if (!std::strcmp(argv[i], "--hopper-fused-cluster")) {
+      setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
+      setenv("LINAC_HOPPER_FUSED_CLUSTER", "1", 1);
+    }
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE"})
         setenv(name, "auto", 1);

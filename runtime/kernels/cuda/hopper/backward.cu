@@ -20,7 +20,6 @@
 #include <cutlass/half.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -106,7 +105,10 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
   const int64_t tokens = s.batch * s.seq_len;
-  auto run = [&](bool fusedReverse, bool cluster = false) {
+  // LINAC_HOPPER_FUSED_CLUSTER=1 (opt-in, not yet timed by the tuner): where the fused pass runs
+  // at dk = dv = 128, its form split by key block over two-CTA clusters
+  const bool cluster = envSwitch("LINAC_HOPPER_FUSED_CLUSTER", false);
+  auto run = [&](bool fusedReverse) {
     DeltaBackwardParams q = p;
     q.fused_reverse = fusedReverse;
     q.fused_cluster = cluster;
@@ -119,15 +121,9 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   // and 9% slower for Gated DeltaNet (session 25); with one CTA per (head, sequence) against
   // dv / 32 of them, which wins also depends on how many sequences x heads fill the GPU.
   // The fallback (LINAC_AUTOTUNE=0) is staged; LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either.
-  // LINAC_HOPPER_FUSED_REVERSE=cluster (opt-in, not timed by the tuner): the fused pass split by
-  // key block over two-CTA clusters where it applies (dk = dv = 128), else the fused pass.
-  const bool fusable = s.key_dim <= 128 && s.value_dim <= 128;
-  const char* fusedEnv = std::getenv("LINAC_HOPPER_FUSED_REVERSE");
-  if (fusable && fusedEnv != nullptr && std::strcmp(fusedEnv, "cluster") == 0) {
-    run(true, true);
-    return;
-  }
-  const Switch fused = fusable ? envChoice("LINAC_HOPPER_FUSED_REVERSE", Switch::Auto) : Switch::Off;
+  const Switch fused = s.key_dim <= 128 && s.value_dim <= 128
+                           ? envChoice("LINAC_HOPPER_FUSED_REVERSE", Switch::Auto)
+                           : Switch::Off;
   if (fused != Switch::Auto) {
     run(fused == Switch::On);
     return;
