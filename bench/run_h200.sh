@@ -37,7 +37,10 @@
 #     LAB_BUILD_ONLY=1) and build-cuda/lab_before.xz (the baseline's, built from an earlier commit in
 #     a git worktree), both carried, stripped and xz-compressed (~15 MB each; .gz is read too). The new lab's cases (AB_CASES_ARGS, default
 #     --no-bench; each failing backward draw comes back in $OUT/failing_draws.tgz for
-#     tests/runtime/cuda/delta_bwd_replay.py), compute-sanitizer memcheck / racecheck over its quick cases (SANITIZE=0 skips),
+#     tests/runtime/cuda/delta_bwd_replay.py), with AB_CASES2_ARGS its cases again under those switches
+#     (e.g. "--no-bench --hopper-fused-cluster": an opt-in path and the default in one call),
+#     compute-sanitizer memcheck / racecheck over its quick cases (AB_SANITIZE_ARGS, default
+#     AB_CASES_ARGS; SANITIZE=0 skips),
 #     with AB_AUTO=1 the quick cases once more with the timed choices (--hopper-auto),
 #     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
 #     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
@@ -487,6 +490,12 @@ ab() {
   phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} --dump-failing /tmp/lab_draws > "$OUT/ab_cases.log" 2>&1
   echo "cases rc=$? ($(grep -c PASS "$OUT/ab_cases.log") pass, $((SECONDS - start)) s)"
   grep -E "FAIL" "$OUT/ab_cases.log" | head -12
+  if [ -n "${AB_CASES2_ARGS:-}" ]; then  # the cases once more with another path's switches, e.g. an opt-in
+    # shellcheck disable=SC2086
+    phase 120 /tmp/lab_after $AB_CASES2_ARGS --dump-failing /tmp/lab_draws > "$OUT/ab_cases2.log" 2>&1
+    echo "cases ($AB_CASES2_ARGS) rc=$? ($(grep -c PASS "$OUT/ab_cases2.log") pass, $((SECONDS - start)) s)"
+    grep -E "FAIL" "$OUT/ab_cases2.log" | head -12
+  fi
   if compgen -G "/tmp/lab_draws/*.bin" > /dev/null; then  # one file back, however many failed
     tar -C /tmp -czf "$OUT/failing_draws.tgz" lab_draws
     echo "failing backward draws: failing_draws.tgz (tests/runtime/cuda/delta_bwd_replay.py replays them)"
@@ -495,7 +504,7 @@ ab() {
     local tool
     : > "$OUT/ab_sanitizer.log"
     for tool in memcheck racecheck; do
-      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick --untimed ${AB_CASES_ARGS:---no-bench} \
+      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick --untimed ${AB_SANITIZE_ARGS:-${AB_CASES_ARGS:---no-bench}} \
         >> "$OUT/ab_sanitizer.log" 2>&1
       echo "$tool rc=$? ($((SECONDS - start)) s)"
     done
