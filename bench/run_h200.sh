@@ -27,6 +27,7 @@
 #     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
 #     build-cuda/linac_cuda_lab.xz (or .gz), e.g. KEEP_LAB=1's from an earlier call), then its cases
 #     (LAB_ARGS, e.g. "--no-bench --hopper-column-inverse" for an alternative Hopper path) once fla has warmed
+#     (LAB_BENCH2_ARGS: a second timing process under those switches, e.g. an opt-in path's rows)
 #     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
@@ -309,6 +310,13 @@ lab() {
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
+  if [ -n "${LAB_BENCH2_ARGS:-}" ]; then  # a second timing process under other switches (an opt-in path)
+    echo "== lab timings with $LAB_BENCH2_ARGS" >> "$OUT/lab_bench.log"
+    # shellcheck disable=SC2086
+    phase 90 ./build-cuda/linac_cuda_lab --bench-only $LAB_BENCH2_ARGS >> "$OUT/lab_bench.log" 2>&1
+    echo "lab timings ($LAB_BENCH2_ARGS) rc=$? ($((SECONDS - start)) s)"
+    sed -n '/^== lab timings with/,$p' "$OUT/lab_bench.log" | grep -E "^kind|delta|GDN|DeltaNet"
+  fi
   [ "$fla_warmed" = 1 ] || return 0
   : > "$OUT/fla_bench.jsonl"
   for c in $FLA_OPS; do
