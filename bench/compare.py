@@ -1,23 +1,38 @@
-"""Merges `linac bench --json` lines and fla_bench.py lines into the side-by-side table."""
+"""Merges `linac bench --json` lines and fla_bench.py lines into side-by-side tables, one per shape
+(B, T, H, D), each closed by the geometric mean of its fla / linac ratios (issue 11's measure).
+
+Usage: python3 bench/compare.py LINAC.jsonl FLA.jsonl [FLA2.jsonl ...]
+(a later fla file overrides an earlier one's row for the same variant and shape, e.g. a rerun)
+"""
 import json
+import math
 import sys
 
 
-def main(linac_path, *fla_paths):
-    linac = {}
-    for line in open(linac_path):
-        r = json.loads(line)
-        linac[(r["variant"], r["op"])] = r
-    fla = {}  # later files override earlier ones per variant (e.g. a rerun with the guard bypassed)
-    for fla_path in fla_paths:
-        for line in open(fla_path):
-            r = json.loads(line)
-            fla[r["variant"]] = r
-    names = sorted({v for v, _ in linac} | set(fla))
+def shape_of(r):
+    return (r["B"], r["T"], r["H"], r["D"])
+
+
+def rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def ms(x):
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def table(shape, linac, fla):
+    B, T, H, D = shape
+    print(f"B={B} T={T} H={H} D={D}")
     print(f"{'variant':16}{'linac fwd':>11}{'fla fwd':>10}{'ratio':>7}{'linac f+b':>11}{'fla f+b':>10}{'ratio':>7}"
           f"{'step':>9}{'floor f':>9}{'floor fb':>9}")
-    def ms(x):
-        return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+    names = sorted({v for v, _ in linac} | set(fla))
+    ratios = {"fwd": [], "fwd+bwd": []}
     for v in names:
         lf = (linac.get((v, "fwd")) or {}).get("median_ms")
         lb = (linac.get((v, "fwd+bwd")) or {}).get("median_ms")
@@ -26,6 +41,10 @@ def main(linac_path, *fla_paths):
         fb = fla.get(v, {}).get("fwdbwd_ms")
         rf = f"{ff / lf:.2f}" if lf and ff else "-"
         rb = f"{fb / lb:.2f}" if lb and fb else "-"
+        if lf and ff:
+            ratios["fwd"].append(ff / lf)
+        if lb and fb:
+            ratios["fwd+bwd"].append(fb / lb)
         if fla.get(v, {}).get("guard_bypassed") and fb:
             rb += "*"
         floor_f = (linac.get((v, "fwd")) or {}).get("floor_ms")
@@ -34,11 +53,35 @@ def main(linac_path, *fla_paths):
         for key in ("fwd_error", "fwdbwd_error"):
             if key in fla.get(v, {}):
                 print(f"  fla {key}: {fla[v][key]}")
+    for op, xs in ratios.items():
+        g = geomean(xs)
+        if g is not None:
+            print(f"geometric mean of the {op} ratios over {len(xs)} variants: {g:.2f} "
+                  f"(min {min(xs):.2f}, max {max(xs):.2f})")
+    return any(r.get("guard_bypassed") for r in fla.values())
+
+
+def main(linac_path, *fla_paths):
+    linac = {}  # shape -> (variant, op) -> row
+    for r in rows(linac_path):
+        linac.setdefault(shape_of(r), {})[(r["variant"], r["op"])] = r
+    fla = {}  # shape -> variant -> row; the delta rules' wide heads (dk x dv) are their own shape
+    for path in fla_paths:
+        for r in rows(path):
+            key = shape_of(r) if "dv" not in r else (r["B"], r["T"], r["H"], f"{r['dk']}x{r['dv']}")
+            fla.setdefault(key, {})[r["variant"]] = r
+    bypassed = False
+    for i, shape in enumerate(sorted(set(linac) | set(fla), key=str)):
+        if i:
+            print()
+        bypassed |= table(shape, linac.get(shape, {}), fla.get(shape, {}))
     print("ratio = fla / linac (> 1: linac faster)")
-    if any(r.get("guard_bypassed") for r in fla.values()):
+    if bypassed:
         print("* fla's gated backward timed with its Hopper guard bypassed (wrong results on this Triton, "
               "bench/fla_guard.py)")
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
     main(sys.argv[1], *sys.argv[2:])

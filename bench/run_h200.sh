@@ -83,7 +83,8 @@
 #     Each side has the GPU to itself while it is timed.
 #
 # Knobs (space-separated lists; set but empty: none): VERIFY_SPECS, VERIFY_LIMIT (seconds per spec, default 120), BENCH_SPECS (default: every linear spec), FLA_OPS
-# (default: every op), FLA_WIDE_SHAPE (fla's Gated DeltaNet also at this B,T,H,DKxDV: default its 340m
+# (default: every op), BENCH_SHAPES (B,T,H,D list for `linac bench` and fla's ops in time mode, default
+# 8,4096,8,128; issue 11's others: 2,16384,4,128 8,4096,8,64 8,4096,8,256), WARM_SHAPES (default BENCH_SHAPES), FLA_WIDE_SHAPE (fla's Gated DeltaNet also at this B,T,H,DKxDV: default its 340m
 # heads, 4,4096,4,256x512; empty skips it), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
 # WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
@@ -109,6 +110,8 @@ BENCH_SPECS=${BENCH_SPECS-$(echo "$LINEAR_SPECS" | grep -v -e gated_delta_diag -
 FLA_OPS=${FLA_OPS-retnet mamba2 gla hgrn2 rwkv6 deltanet gated_deltanet hgrn sdpa}
 MODELS=${MODELS-gated_deltanet gla}
 WARM_OPS=${WARM_OPS-$FLA_OPS}
+BENCH_SHAPES=${BENCH_SHAPES-8,4096,8,128}  # B,T,H,D for `linac bench` and fla's ops (time mode)
+WARM_SHAPES=${WARM_SHAPES-$BENCH_SHAPES}
 FLA_WIDE_SHAPE=${FLA_WIDE_SHAPE-4,4096,4,256x512}  # Gated DeltaNet's 340m heads for fla too; empty: none
 WARM_MODELS=${WARM_MODELS-$MODELS}
 BYPASS=(); [ "${FLA_BYPASS:-0}" = 1 ] && BYPASS=(--bypass-hopper-guard)
@@ -148,10 +151,13 @@ warm_fla() {
     done
   ) &
   pids+=($!)
-  for c in $WARM_OPS; do
-    TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only "$c" --warm-only \
-      "${BYPASS[@]}" > "$WARM/op_$c.$(basename "$cache").out" 2>&1 &
-    pids+=($!)
+  local sh
+  for sh in $WARM_SHAPES; do  # autotune keys depend on the dims: one process per op and shape
+    for c in $WARM_OPS; do
+      TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only "$c" --warm-only \
+        --shape "$sh" "${BYPASS[@]}" > "$WARM/op_$c.${sh//,/_}.$(basename "$cache").out" 2>&1 &
+      pids+=($!)
+    done
   done
   if [ -n "$FLA_WIDE_SHAPE" ]; then  # Gated DeltaNet at its 340m heads (autotune keys depend on dims)
     TRITON_CACHE_DIR=$cache PYTHONPATH=.fla/site timeout "$limit" python3 bench/fla_bench.py --only gated_deltanet \
@@ -419,9 +425,12 @@ timed() {
     cat /tmp/tiny.log >> "$OUT/train.log"
   fi
 
-  for n in $BENCH_SPECS; do
-    phase 30 $L bench "specs/$n.yaml" --device cuda --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
-      || echo "bench $n failed or timed out"
+  local sh
+  for sh in $BENCH_SHAPES; do
+    for n in $BENCH_SPECS; do
+      phase 30 $L bench "specs/$n.yaml" --device cuda --shape "$sh" --json "$OUT/linac_bench.jsonl" >> /tmp/linac_bench.txt 2>&1 \
+        || echo "bench $n at $sh failed or timed out"
+    done
   done
   echo "linac bench done: $((SECONDS - start)) s"
   # BENCH_FUSED=1: the delta rules again with the backward's fused reverse pass (opt-in,
@@ -435,10 +444,12 @@ timed() {
     done
   fi
   : > "$OUT/fla_bench.jsonl"
-  for c in $FLA_OPS; do
-    [ "${FLA:-1}" = 1 ] || break
-    PYTHONPATH=.fla/site phase 40 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" >> "$OUT/fla_bench.jsonl" \
-      2>> "$WARM/fla_bench.err" || echo "fla op $c failed or timed out"
+  for sh in $BENCH_SHAPES; do
+    for c in $FLA_OPS; do
+      [ "${FLA:-1}" = 1 ] || break
+      PYTHONPATH=.fla/site phase 40 python3 bench/fla_bench.py --only "$c" --shape "$sh" "${BYPASS[@]}" \
+        >> "$OUT/fla_bench.jsonl" 2>> "$WARM/fla_bench.err" || echo "fla op $c at $sh failed or timed out"
+    done
   done
   echo "fla ops done: $((SECONDS - start)) s"
   if [ "${NSYS:-0}" = 1 ] && command -v nsys > /dev/null; then
