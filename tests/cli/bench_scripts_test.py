@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""The benchmark scripts that read `linac train`'s run directories, on real CPU runs of a tiny
-hybrid: bench/loss_agreement.py (the fused LM head + loss against full logits, issue 14) and
-bench/train_summary.py (issue 14's throughput rows and MFU).
+"""The benchmark scripts that read linac's own output, on real CPU runs: bench/loss_agreement.py
+(the fused LM head + loss against full logits, issue 14) and bench/train_summary.py (issue 14's
+throughput rows and MFU) on `linac train`'s run directories of a tiny hybrid, and bench/compare.py
+(issue 11's side-by-side table) on `linac bench --json` rows at two shapes.
 
     bench_scripts_test.py LINAC SOURCE_DIR WORK_DIR
 
 Two runs of the same seed and data, `--fused-loss on` and `off`, must agree step by step; a copy of
 one with a loss moved by 30% must not; the summary's row must carry the run's own model, vocabulary,
-T, batch and a positive MFU from bench/mfu.py's formula.
+T, batch and a positive MFU from bench/mfu.py's formula. compare.py gets fla rows written here at
+known multiples of linac's times (fla is not installed on CPU machines) and must print one table
+per shape with those ratios and their geometric mean, an fla row of a shape linac did not run
+in a table of its own.
 """
 import json
 import os
@@ -75,7 +79,37 @@ def main():
     assert r["T"] == 32 and r["batch"] == 2 and r["vocab"] == 256 and r["commit"] == "test", r
     assert r["attention_layers"] == 1 and r["mfu"] > 0 and r["tokens_per_s"] > 0, r
     assert r["params"] == params, (r, params_line)
-    print("bench scripts: loss agreement and training summary on real tiny runs OK")
+    check_compare()
+    print("bench scripts: loss agreement, training summary and the fla table on real tiny runs OK")
+
+
+def check_compare():
+    linac_rows = os.path.join(WORK, "linac_bench.jsonl")
+    shapes = ("1,64,1,16", "1,64,2,16")
+    for shape in shapes:
+        linac_cli.run(LINAC, "bench", os.path.join(SOURCE, "specs", "retnet.yaml"), "--device", "cpu", "--shape", shape,
+                      "--iters", "2", "--warmup", "1", "--json", linac_rows, expect=0)
+    timed = {}
+    for line in open(linac_rows):
+        r = json.loads(line)
+        timed[(r["H"], r["op"])] = r["median_ms"]
+    fla_rows = os.path.join(WORK, "fla_bench.jsonl")
+    with open(fla_rows, "w") as f:
+        for H, fwd, fb in ((1, 2.0, 3.0), (2, 0.5, 0.5)):  # fla at these multiples of linac's times
+            f.write(json.dumps(dict(variant="retnet", backend="fla", B=1, T=64, H=H, D=16, dtype="bf16",
+                                    fwd_ms=fwd * timed[(H, "fwd")], fwdbwd_ms=fb * timed[(H, "fwd+bwd")])) + "\n")
+        f.write(json.dumps(dict(variant="gla", backend="fla", B=1, T=64, H=4, D=16, dtype="bf16",
+                                fwd_ms=1.0, fwdbwd_ms=2.0)) + "\n")
+    p = script("compare.py", linac_rows, fla_rows)
+    assert p.returncode == 0, p.stdout + p.stderr
+    tables = p.stdout.split("\n\n")
+    assert [t.splitlines()[0] for t in tables] == ["B=1 T=64 H=1 D=16", "B=1 T=64 H=2 D=16", "B=1 T=64 H=4 D=16"], p.stdout
+    row = next(line for line in tables[0].splitlines() if line.startswith("retnet"))
+    assert re.search(r"\s2\.00\s.*\s3\.00\s", row), row
+    assert "fwd ratios over 1 variants: 2.00" in tables[0] and "fwd+bwd ratios over 1 variants: 3.00" in tables[0], tables[0]
+    assert "fwd+bwd ratios over 1 variants: 0.50" in tables[1], tables[1]
+    gla = next(line for line in tables[2].splitlines() if line.startswith("gla"))
+    assert gla.split()[1] == "-" and "ratios" not in tables[2].split("ratio = ")[0], tables[2]
 
 
 if __name__ == "__main__":
