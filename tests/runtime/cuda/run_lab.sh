@@ -4,7 +4,8 @@
 # timings). Logs go to $OUT (device call) or build-cuda/out. Usage: bash tests/runtime/cuda/run_lab.sh
 # [lab args]. Environment: LAB_BUILD_ONLY=1 builds (and prints the ptxas / SASS summaries) without
 # running, e.g. on a machine with nvcc but no GPU, whose build-cuda/linac_cuda_lab can travel;
-# LAB_PREBUILT=1 runs that binary instead of building; SANITIZE=0 skips compute-sanitizer. The
+# LAB_PREBUILT=1 runs that binary instead of building; SANITIZE=0 skips compute-sanitizer, SANITIZE_ARGS
+# adds the lab's switches to its runs (e.g. --hopper-fused-cluster for an opt-in path). The
 # Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -74,9 +75,11 @@ fi
 
 if [ "${SANITIZE:-1}" = 1 ]; then
 echo "== compute-sanitizer (small cases)"
-timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed >"$OUT/sanitizer.log" 2>&1
+# shellcheck disable=SC2086
+timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed ${SANITIZE_ARGS:-} >"$OUT/sanitizer.log" 2>&1
 echo "memcheck rc=$?"; tail -4 "$OUT/sanitizer.log"
-timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed >>"$OUT/sanitizer.log" 2>&1
+# shellcheck disable=SC2086
+timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
 echo "racecheck rc=$?"; tail -3 "$OUT/sanitizer.log"
 fi
 
