@@ -247,6 +247,17 @@ keep_winners() {
 # warm Triton's cache), then its cases (LAB_ARGS, default the forward cases) once the warm-up is
 # done: fla autotunes with the GPU to itself (autotuned beside the lab's cases it chose configurations
 # 1.5x slower, 2026-12-04), then, with the GPU to each alone, the lab's timings and fla's ops.
+# LAB_BENCH2_ARGS: a second timing process of the lab under other switches (an opt-in path), after
+# fla's ops so that a call cut short loses it first.
+lab_bench2() {
+  [ -n "${LAB_BENCH2_ARGS:-}" ] || return 0
+  echo "== lab timings with $LAB_BENCH2_ARGS" >> "$OUT/lab_bench.log"
+  # shellcheck disable=SC2086
+  phase 90 ./build-cuda/linac_cuda_lab --bench-only $LAB_BENCH2_ARGS >> "$OUT/lab_bench.log" 2>&1
+  echo "lab timings ($LAB_BENCH2_ARGS) rc=$? ($((SECONDS - start)) s)"
+  sed -n '/^== lab timings with/,$p' "$OUT/lab_bench.log" | grep -E "^kind|delta|GDN|DeltaNet"
+}
+
 lab() {
   restore_cache
   local target=$ALL warm_pid=
@@ -316,14 +327,7 @@ lab() {
   phase 200 ./build-cuda/linac_cuda_lab --bench-only ${LAB_BENCH_ARGS---no-bwd} > "$OUT/lab_bench.log" 2>&1
   echo "lab timings rc=$? ($((SECONDS - start)) s)"
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
-  if [ -n "${LAB_BENCH2_ARGS:-}" ]; then  # a second timing process under other switches (an opt-in path)
-    echo "== lab timings with $LAB_BENCH2_ARGS" >> "$OUT/lab_bench.log"
-    # shellcheck disable=SC2086
-    phase 90 ./build-cuda/linac_cuda_lab --bench-only $LAB_BENCH2_ARGS >> "$OUT/lab_bench.log" 2>&1
-    echo "lab timings ($LAB_BENCH2_ARGS) rc=$? ($((SECONDS - start)) s)"
-    sed -n '/^== lab timings with/,$p' "$OUT/lab_bench.log" | grep -E "^kind|delta|GDN|DeltaNet"
-  fi
-  [ "$fla_warmed" = 1 ] || return 0
+  [ "$fla_warmed" = 1 ] || { lab_bench2; return 0; }
   : > "$OUT/fla_bench.jsonl"
   for c in $FLA_OPS; do
     TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" \
@@ -336,6 +340,7 @@ lab() {
   fi
   echo "fla ops done ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
   cat "$OUT/fla_bench.jsonl"
+  lab_bench2
 }
 
 timed() {
