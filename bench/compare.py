@@ -1,4 +1,5 @@
-"""Merges `linac bench --json` lines and fla_bench.py lines into side-by-side tables, one per shape
+"""Merges `linac bench --json` lines (or the kernel lab's, from bench/lab_rows.py: its default
+dispatch's fwd and fwd+bwd) and fla_bench.py lines into side-by-side tables, one per shape
 (B, T, H, D), each closed by the geometric mean of its fla / linac ratios (issue 11's measure).
 
 Usage: python3 bench/compare.py LINAC.jsonl FLA.jsonl [FLA2.jsonl ...]
@@ -61,10 +62,25 @@ def table(shape, linac, fla):
     return any(r.get("guard_bypassed") for r in fla.values())
 
 
+# bench/lab_rows.py's rows of the kernel lab's default dispatch: its fwd and fwd+bwd columns
+LAB_FIELDS = {"fwd_ms": "fwd", "fwdbwd_ms": "fwd+bwd"}
+
+
+def linac_ops(r):
+    """(op, row with median_ms) pairs of a `linac bench --json` row or a lab_rows.py row."""
+    if "op" in r:
+        return [(r["op"], r)]
+    if not r.get("backend", "").startswith("linac-default"):
+        return []
+    return [(op, dict(r, median_ms=r[field])) for field, op in LAB_FIELDS.items() if field in r]
+
+
 def main(linac_path, *fla_paths):
     linac = {}  # shape -> (variant, op) -> row
     for r in rows(linac_path):
-        linac.setdefault(shape_of(r), {})[(r["variant"], r["op"])] = r
+        for op, row in linac_ops(r):
+            key = shape_of(r) if "dv" not in r else (r["B"], r["T"], r["H"], f"{r['dk']}x{r['dv']}")
+            linac.setdefault(key, {})[(r["variant"], op)] = row
     fla = {}  # shape -> variant -> row; the delta rules' wide heads (dk x dv) are their own shape
     for path in fla_paths:
         for r in rows(path):

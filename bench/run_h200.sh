@@ -340,6 +340,10 @@ lab() {
   fi
   echo "fla ops done ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
   cat "$OUT/fla_bench.jsonl"
+  # the lab's default dispatch beside fla's ops: one table a shape, the ratios' geometric mean
+  python3 bench/lab_rows.py "$OUT/lab_bench.log" --commit "${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" \
+    --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > /tmp/lab_rows.jsonl \
+    && python3 bench/compare.py /tmp/lab_rows.jsonl "$OUT/fla_bench.jsonl" | tee "$OUT/table.txt"
   lab_bench2
 }
 
