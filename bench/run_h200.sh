@@ -27,8 +27,9 @@
 #     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
 #     build-cuda/linac_cuda_lab.xz (or .gz), e.g. KEEP_LAB=1's from an earlier call), then its cases
 #     (LAB_ARGS, e.g. "--no-bench --hopper-column-inverse" for an alternative Hopper path) once fla has warmed
-#     (LAB_BENCH2_ARGS: a second timing process under those switches, e.g. an opt-in path's rows)
-#     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone. CASES=0 skips the cases, TIMINGS=0
+#     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone, and the two
+#     side by side (bench/compare.py); LAB_BENCH2_ARGS adds a second timing process under those switches
+#     (e.g. an opt-in path's rows). CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
@@ -442,8 +443,9 @@ timed() {
     done
   done
   echo "linac bench done: $((SECONDS - start)) s"
-  # BENCH_FUSED=1: the delta rules again with the backward's fused reverse pass (opt-in,
-  # LINAC_HOPPER_FUSED_REVERSE=1), into linac_bench_fused.jsonl and a second table below
+  # BENCH_FUSED=1: the delta rules again with the backward's fused reverse pass pinned
+  # (LINAC_HOPPER_FUSED_REVERSE=1; =cluster: its cluster form), into linac_bench_fused.jsonl and a
+  # second table below
   local fused_env=(LINAC_HOPPER_FUSED_REVERSE=1)
   [ "${BENCH_FUSED:-0}" = cluster ] && fused_env+=(LINAC_HOPPER_FUSED_CLUSTER=1)
   if [ "${BENCH_FUSED:-0}" != 0 ]; then
