@@ -40,7 +40,7 @@
 #     a git worktree), both carried, stripped and xz-compressed (~15 MB each; .gz is read too). The new lab's cases (AB_CASES_ARGS, default
 #     --no-bench; each failing backward draw comes back in $OUT/failing_draws.tgz for
 #     tests/runtime/cuda/delta_bwd_replay.py), with AB_CASES2_ARGS its cases again under those switches
-#     (e.g. "--no-bench --hopper-fused-cluster": an opt-in path and the default in one call),
+#     (e.g. "--no-bench --hopper-fused-reverse": an opt-in path and the default in one call),
 #     compute-sanitizer memcheck / racecheck over its quick cases (AB_SANITIZE_ARGS, default
 #     AB_CASES_ARGS; SANITIZE=0 skips),
 #     with AB_AUTO=1 the quick cases once more with the timed choices (--hopper-auto),
@@ -78,8 +78,7 @@
 #              or VOCAB=256 (bytes) on both sides). RUN_LONG=1 adds a 200-step 340m run, RUN_NCCL=1
 #              the NCCL path at world size 1, RUN_TINY=1 the tiny preset on CUDA.
 #              BENCH_FUSED=1 also benches DeltaNet and Gated DeltaNet with the backward's opt-in
-#              fused reverse pass (LINAC_HOPPER_FUSED_REVERSE=1), in a second table; BENCH_FUSED=cluster
-#              times its two-CTA cluster form (LINAC_HOPPER_FUSED_CLUSTER=1 as well) instead.
+#              fused reverse pass (LINAC_HOPPER_FUSED_REVERSE=1), in a second table.
 #     bench    `linac bench` for the specs, then fla's ops from the warm cache.
 #     Each side has the GPU to itself while it is timed.
 #
@@ -444,13 +443,10 @@ timed() {
   done
   echo "linac bench done: $((SECONDS - start)) s"
   # BENCH_FUSED=1: the delta rules again with the backward's fused reverse pass pinned
-  # (LINAC_HOPPER_FUSED_REVERSE=1; =cluster: its cluster form), into linac_bench_fused.jsonl and a
-  # second table below
-  local fused_env=(LINAC_HOPPER_FUSED_REVERSE=1)
-  [ "${BENCH_FUSED:-0}" = cluster ] && fused_env+=(LINAC_HOPPER_FUSED_CLUSTER=1)
-  if [ "${BENCH_FUSED:-0}" != 0 ]; then
+  # (LINAC_HOPPER_FUSED_REVERSE=1), into linac_bench_fused.jsonl and a second table below
+  if [ "${BENCH_FUSED:-0}" = 1 ]; then
     for n in deltanet gated_deltanet; do
-      phase 30 env "${fused_env[@]}" $L bench "specs/$n.yaml" --device cuda \
+      phase 30 env LINAC_HOPPER_FUSED_REVERSE=1 $L bench "specs/$n.yaml" --device cuda \
         --json "$OUT/linac_bench_fused.jsonl" >> /tmp/linac_bench.txt 2>&1 || echo "fused bench $n failed or timed out"
     done
   fi
@@ -479,7 +475,7 @@ timed() {
   cp "$OUT/fla_train.jsonl" "$SUM/" 2>/dev/null
   python3 bench/compare.py "$OUT/linac_bench.jsonl" "$OUT/fla_bench.jsonl" | tee "$OUT/table.txt"
   if [ -s "$OUT/linac_bench_fused.jsonl" ]; then
-    echo "== the delta rules with ${fused_env[*]}" | tee -a "$OUT/table.txt"
+    echo "== the delta rules with LINAC_HOPPER_FUSED_REVERSE=1" | tee -a "$OUT/table.txt"
     python3 bench/compare.py "$OUT/linac_bench_fused.jsonl" "$OUT/fla_bench.jsonl" | tee -a "$OUT/table.txt"
   fi
   # COMMIT: the caller's commit (the device's copy of the tree may carry stale git metadata: session

@@ -10,7 +10,7 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-fused-cluster] [--hopper-auto]
+//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -39,10 +39,6 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
-//   --hopper-fused-cluster  that pass, split by key block over two-CTA clusters where it applies
-//                 (LINAC_HOPPER_FUSED_REVERSE=1 LINAC_HOPPER_FUSED_CLUSTER=1; dk = dv = 128): the
-//                 cases run it, and the backward timings' default column times it ('alt' stays the
-//                 one-CTA pass)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
 //                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
 //                 case running the winner: the default, named here to override the environment
@@ -927,9 +923,7 @@ void benchBackward() {
     const double hms = backward();
     char alt[16] = "-";  // the delta rule's stages 3 and 4 as one pass (dk and dv <= 128)
     if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
-      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", [&] {
-                      return withEnv("LINAC_HOPPER_FUSED_CLUSTER", "0", backward);
-                    }));
+      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
     const RecurrenceBackwardArgs& trained = r.decayLearned ? ba : nb;
@@ -984,10 +978,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-fused-cluster")) {
-      setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
-      setenv("LINAC_HOPPER_FUSED_CLUSTER", "1", 1);
-    }
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE"})
         setenv(name, "auto", 1);

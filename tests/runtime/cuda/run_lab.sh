@@ -5,7 +5,7 @@
 # [lab args]. Environment: LAB_BUILD_ONLY=1 builds (and prints the ptxas / SASS summaries) without
 # running, e.g. on a machine with nvcc but no GPU, whose build-cuda/linac_cuda_lab can travel;
 # LAB_PREBUILT=1 runs that binary instead of building; SANITIZE=0 skips compute-sanitizer, SANITIZE_ARGS
-# adds the lab's switches to its runs (e.g. --hopper-fused-cluster for an opt-in path). The
+# adds the lab's switches to its runs (e.g. --hopper-fused-reverse for an opt-in path). The
 # Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

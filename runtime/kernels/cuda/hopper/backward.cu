@@ -105,13 +105,9 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
   const int64_t tokens = s.batch * s.seq_len;
-  // LINAC_HOPPER_FUSED_CLUSTER=1 (opt-in, not yet timed by the tuner): where the fused pass runs
-  // at dk = dv = 128, its form split by key block over two-CTA clusters
-  const bool cluster = envSwitch("LINAC_HOPPER_FUSED_CLUSTER", false);
   auto run = [&](bool fusedReverse) {
     DeltaBackwardParams q = p;
     q.fused_reverse = fusedReverse;
-    q.fused_cluster = cluster;
     if (dtype == DType::BF16) runDeltaDims<cutlass::bfloat16_t>(kind.decay, s, q, tokens, slots, stream);
     else runDeltaDims<cutlass::half_t>(kind.decay, s, q, tokens, slots, stream);
   };

@@ -6,7 +6,6 @@
 //   4 deltaBwdGradKernel          grid (slots, H, key blocks), 3 wg:  dq, dk part, dW, db part, Z
 //   or, with p.fused_reverse at dk, dv <= 128, 3 and 4 in one pass that keeps dS on chip:
 //   3+4 deltaBwdReverseGradKernel grid (H, N), dk / 64 wg:       dD, dq, dk part, dW, db part, Z, d_h0
-//       (p.fused_cluster at dk = dv = 128: grid (2 H, N) in clusters of 2, 1 wg each)
 //   5 deltaBwdWyKernel            grid (slots, H), 2 wg:         dv, dk, dbeta, dg
 // The workspace (delta_bwd_params.h) is one block (workspace.h), released in stream order.
 #pragma once
@@ -30,30 +29,6 @@ template <class Kernel>
 void setDeltaBwdSmem(Kernel kernel, size_t bytes) {
   LINAC_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
-/// The fused reverse pass over clusters of kCluster CTAs (delta_bwd_reverse_grad.cuh), the
-/// cluster's CTAs consecutive in x: grid (H kCluster, N).
-template <class T, int DK, int DV, class Decay, int kCluster>
-void launchReverseGradCluster(const DeltaBackwardParams& p, cudaStream_t stream) {
-  auto kernel = deltaBwdReverseGradKernel<T, DK, DV, Decay, kCluster>;
-  constexpr size_t bytes = DeltaBwdReverseGradTiles<T, DK, DV, kCluster>::kSmemBytes;
-  static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
-  setDeltaBwdSmem(kernel, bytes);
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = kCluster;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(p.heads * kCluster), unsigned(p.num_seqs));
-  config.blockDim = dim3(deltaReverseGradWarpgroups<DK, kCluster>() * kWarpgroupThreads);
-  config.dynamicSmemBytes = bytes;
-  config.stream = stream;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  LINAC_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
-  LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseGradKernel (cluster)");
 }
 
 /// The state passes' tensor maps (delta_bwd_common.cuh), once p.w points at its workspace.
@@ -161,14 +136,7 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
   }
   if constexpr (kFusable) {
-    // the pass split by key block over a cluster: two CTAs at dk = dv = 128
-    constexpr int kCluster = DK == 128 && DV == 128 ? 2 : 1;
-    bool clustered = false;
-    if constexpr (kCluster > 1) {
-      clustered = fused && p.fused_cluster;
-      if (clustered) launchReverseGradCluster<T, DK, DV, Decay, kCluster>(p, stream);
-    }
-    if (fused && !clustered) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
+    if (fused) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
       auto kernel = deltaBwdReverseGradKernel<T, DK, DV, Decay>;
       constexpr size_t bytes = DeltaBwdReverseGradTiles<T, DK, DV>::kSmemBytes;
       static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");

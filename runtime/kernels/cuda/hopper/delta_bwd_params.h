@@ -50,8 +50,6 @@ struct DeltaBackwardParams {
                           // per thread
   bool fused_reverse;     // stages 3 and 4 as one reverse pass with dS on chip
                           // (delta_bwd_reverse_grad.cuh; dk, dv <= 128), no dstates workspace
-  bool fused_cluster;     // with fused_reverse: that pass split by key block over a cluster of
-                          // dk / 64 CTAs (dk = dv = 128; else the one-CTA pass)
 };
 
 }  // namespace linac::kernels::cuda::hopper

@@ -26,38 +26,25 @@
 // (waited for only before B, so they arrive under A);
 // D (fp32) comes through registers (loaded under the update at dk 128) and is split into hi + lo at
 // the top of its chunk.
-// One CTA per (head, sequence) fills B * H SMs (64 of an H100's 132 at B8 H8), so kCluster > 1
-// splits the key blocks over a thread-block cluster: CTA r holds key blocks r NK .. (its
-// warpgroups, dS's rows, the columns of dq, dk and dW) and only those blocks of q, k, w and S_c.
-// What the warpgroups of one CTA shared through shared memory then crosses CTAs: A's K dS, a sum
-// over every key block, is formed per CTA and added by the CTA that owns the value block, which
-// writes dD and stores -dD into every CTA's tile (distributed shared memory, two cluster barriers a
-// chunk); dA' is formed in every CTA (dO and D are each CTA's own loads); dg's parts, sums over
-// key blocks too, are added by rank 0 from its peers' shared memory after a third barrier.
+// One CTA per (head, sequence) fills B * H SMs: the dispatch (delta_backward_stages.cuh) takes
+// this pass where that is at least half the GPU, else stages 3 and 4 apart.
 #pragma once
 
-#include "cluster.cuh"
 #include "delta_bwd_common.cuh"
 #include "delta_bwd_params.h"
-
-#include <cute/arch/cluster_sm90.hpp>
 
 namespace linac::kernels::cuda::hopper {
 
 constexpr int kFusedBlock = 64;  // rows and columns of every product block
 
-/// Warpgroups of a CTA: one per key block it holds (the key blocks split over a cluster of
-/// kCluster CTAs).
-template <int DK, int kCluster = 1>
-constexpr int deltaReverseGradWarpgroups() { return DK / kFusedBlock / kCluster; }
+template <int DK>
+constexpr int deltaReverseGradWarpgroups() { return DK / kFusedBlock; }
 
-template <class T, int DK, int DV, int kCluster = 1>
+template <class T, int DK, int DV>
 struct DeltaBwdReverseGradTiles {
   static constexpr int C = kChunk, E = kFusedBlock;
-  static constexpr int NK = DK / E / kCluster, NV = DV / E;  // the CTA's key blocks; value blocks
+  static constexpr int NK = DK / E, NV = DV / E;  // key and value blocks
   static_assert(C == E, "the chunk is one product block");
-  static_assert(NK >= 1 && DK == NK * E * kCluster, "whole key blocks per CTA");
-  static_assert(NV % kCluster == 0, "each CTA of a cluster owns as many value blocks of dD");
   using Kb = RowTile<T, C, E, NK>;          // q, k, w: [t, d] per key block
   using KbT = Transposed<Kb, C, E, NK>;     // (d, t)
   using Vb = RowTile<T, C, E, NV>;          // dO (then scale exp(b) dO), -dD, D hi / lo: [t, v]
@@ -91,17 +78,14 @@ struct DeltaBwdReverseGradTiles {
     float rowK[kWarpgroups][C];   // k_t . dk_t
     float rowKd[kWarpgroups][C];  // k_t . dk_Kd_t
     float dot[kWarpgroups * kWarpgroupThreads / 32];  // <S_c, dS_{c+1}> per warp
-    // kCluster > 1: for each value block this CTA owns, every CTA's partial K dS (one 64 x 64
-    // fp32 block each, in the accumulator's thread order: pair e / 2 of thread i at e / 2 * 128 + i)
-    alignas(16) float2 exch[kCluster > 1 ? NV * E * E / 2 : 1];
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
-template <class T, int DK, int DV, class Decay, int kCluster = 1>
-__global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * kWarpgroupThreads, 1)
+template <class T, int DK, int DV, class Decay>
+__global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK>() * kWarpgroupThreads, 1)
     deltaBwdReverseGradKernel(const DeltaBackwardParams p) {
-  using Tiles = DeltaBwdReverseGradTiles<T, DK, DV, kCluster>;
+  using Tiles = DeltaBwdReverseGradTiles<T, DK, DV>;
   using MmaKK = typename Tiles::MmaKK;
   using MmaKM = typename Tiles::MmaKM;
   using MmaMM = typename Tiles::MmaMM;
@@ -111,12 +95,8 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
-  // kCluster > 1: the cluster's CTAs (consecutive blockIdx.x) share a (head, sequence), CTA r
-  // holding key blocks r NK .. r NK + NK - 1
-  const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
-  const int lkb = wg;              // this warpgroup's key block among the CTA's tiles
-  const int kb = rank * NK + wg;   // ... in dk: rows of dS, columns of dq, dk, dW
-  const int h = int(blockIdx.x) / kCluster, n = blockIdx.y, H = p.heads;
+  const int kb = wg;  // this warpgroup's key block: rows of dS, columns of dq, dk, dW
+  const int h = blockIdx.x, n = blockIdx.y, H = p.heads;
   int64_t bos, len, coff;
   seqInfo<C>(p, n, bos, len, coff);
   const int numChunks = int((len + C - 1) / C);
@@ -171,8 +151,8 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
       forEachPair<MmaKK>(cE(), [&](int i, int d, int v) {
         uint32_t hi, lo;
         splitPack2<T>(accS[vb](i), accS[vb](i + 1), hi, lo);
-        sts32(tSHi.at(d, v, block(lkb, vb)), hi);
-        sts32(tSLo.at(d, v, block(lkb, vb)), lo);
+        sts32(tSHi.at(d, v, block(kb, vb)), hi);
+        sts32(tSLo.at(d, v, block(kb, vb)), lo);
       });
   };
   publishState();
@@ -182,18 +162,17 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
   auto tokOf = [&](int c) { return bos + int64_t(c) * C; };
   // Copies of chunk c, in two groups: what products A and B read (free once B is done), then
   // what C reads (free once C is done).
-  const int kb0 = rank * NK;  // the CTA's first key block in dk
   auto loadFirst = [&](int c) {
     const int rows = rowsOf(c);
     const int64_t slot = ((coff + c) * H + h) * int64_t(DK) * DV;  // S_c [slots, H, dk, dv]
     CUTE_UNROLL
     for (int j = 0; j < NK; ++j) {
-      loadTile<false, C, E, kThreads>(
-          tK, j, static_cast<const T*>(p.k) + tokOf(c) * rowK + int64_t(h) * DK + (kb0 + j) * E, rowK, rows);
+      loadTile<false, C, E, kThreads>(tK, j, static_cast<const T*>(p.k) + tokOf(c) * rowK + int64_t(h) * DK + j * E,
+                                      rowK, rows);
       CUTE_UNROLL
       for (int vb = 0; vb < NV; ++vb)
-        loadTile<false, E, E, kThreads>(
-            tS, block(j, vb), static_cast<const T*>(p.states) + slot + int64_t(kb0 + j) * E * DV + vb * E, DV, E);
+        loadTile<false, E, E, kThreads>(tS, block(j, vb),
+                                        static_cast<const T*>(p.states) + slot + int64_t(j) * E * DV + vb * E, DV, E);
     }
     stageLogDecay<Decay>(sm.g, p.g, tokOf(c), rows, h, H);
   };
@@ -202,8 +181,8 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     const int64_t offK = tokOf(c) * rowK + int64_t(h) * DK, offV = tokOf(c) * rowV + int64_t(h) * DV;
     CUTE_UNROLL
     for (int j = 0; j < NK; ++j) {
-      loadTile<false, C, E, kThreads>(tQ, j, static_cast<const T*>(p.q) + offK + (kb0 + j) * E, rowK, rows);
-      loadTile<false, C, E, kThreads>(tW, j, static_cast<const T*>(p.w) + offK + (kb0 + j) * E, rowK, rows);
+      loadTile<false, C, E, kThreads>(tQ, j, static_cast<const T*>(p.q) + offK + j * E, rowK, rows);
+      loadTile<false, C, E, kThreads>(tW, j, static_cast<const T*>(p.w) + offK + j * E, rowK, rows);
     }
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb)
@@ -218,7 +197,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
   copyCommit();
 
   // Row dots of acc with a [t, d] tile's key block kb into out[] (tiles.cuh)
-  auto rowDots = [&](const auto& tile, float* out) { accRowDots<MmaKK>(cE(), acc, tile, lkb, out); };
+  auto rowDots = [&](const auto& tile, float* out) { accRowDots<MmaKK>(cE(), acc, tile, kb, out); };
 
   // D [t, v] (fp32, from stage 2) of chunk c, this thread's float4s, split into hi + lo at the top
   // of chunk c: loaded into registers while the previous chunk's update C runs where that is at
@@ -239,8 +218,6 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     }
   };
   if (kPrefetchD && numChunks > 0) loadD(chunkOf(0));
-  // every CTA of the cluster running before any stores into its shared memory
-  if constexpr (kCluster > 1) cute::cluster_sync();
   for (int i = 0; i < numChunks; ++i) {
     const int c = chunkOf(i), rows = rowsOf(c);
     const int64_t tok0 = tokOf(c), offK = tok0 * rowK + int64_t(h) * DK, offV = tok0 * rowV + int64_t(h) * DV;
@@ -264,7 +241,14 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     __syncthreads();  // b; D's tiles
 
     // A: dD for the value blocks vb = wg, wg + NK, ...
-    auto keyTimesDS = [&](int vb) {  // acc = K dS_{c+1} over the CTA's key blocks, value block vb
+    CUTE_UNROLL
+    for (int vb = 0; vb < NV; ++vb) {
+      if (vb % NK != wg) continue;  // each batch whole inside the warpgroup's branch
+      float* dd = p.dd + offV + vb * E;
+      float2 local[decltype(size(acc))::value / 2];
+      forEachPair<MmaKK>(cE(), [&](int e, int t, int v) {
+        local[e / 2] = t < rows ? *reinterpret_cast<const float2*>(dd + t * rowV + v) : make_float2(0.f, 0.f);
+      });
       issue(acc);
       CUTE_UNROLL
       for (int j = 0; j < NK; ++j) {
@@ -274,69 +258,12 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
         gemm<false>(mmaKM, fK, thrKM.partition_fragment_B(fresh(tSLot).tensor()(_, _, block(j, vb))), acc);
       }
       commitAndWait(acc);
-    };
-    if constexpr (kCluster == 1) {
-      CUTE_UNROLL
-      for (int vb = 0; vb < NV; ++vb) {
-        if (vb % NK != wg) continue;  // each batch whole inside the warpgroup's branch
-        float* dd = p.dd + offV + vb * E;
-        float2 local[decltype(size(acc))::value / 2];
-        forEachPair<MmaKK>(cE(), [&](int e, int t, int v) {
-          local[e / 2] = t < rows ? *reinterpret_cast<const float2*>(dd + t * rowV + v) : make_float2(0.f, 0.f);
-        });
-        keyTimesDS(vb);
-        forEachPair<MmaKK>(cE(), [&](int e, int t, int v) {
-          const float f = decayTo<Decay>(sm.b, t);
-          const float d0 = local[e / 2].x + f * acc(e), d1 = local[e / 2].y + f * acc(e + 1);
-          if (t < rows) *reinterpret_cast<float2*>(dd + t * rowV + v) = make_float2(d0, d1);
-          sts32(tNd.at(t, v, vb), pack2<T>(-d0, -d1));
-        });
-      }
-    } else {
-      // K dS sums over every key block of dk, which the cluster's CTAs split: each CTA forms its
-      // key blocks' part for every value block and stores it into the slot its own rank has at
-      // the CTA that owns the block (vb % kCluster); after a cluster barrier the owner adds the
-      // parts in rank order (the same sum wherever it runs), writes dD and hands -dD to every CTA
-      // of the cluster, whose B and C products read it whole.
-      constexpr int kPairs = decltype(size(acc))::value / 2;
-      auto slotOf = [&](int vb, int src) {  // [kPairs][kWarpgroupThreads] float2
-        return sm.exch + ((vb / kCluster) * kCluster + src) * kPairs * kWarpgroupThreads;
-      };
-      CUTE_UNROLL
-      for (int vb = 0; vb < NV; ++vb) {
-        if (vb % NK != wg) continue;  // each batch whole inside the warpgroup's branch
-        keyTimesDS(vb);
-        float2* slot = slotOf(vb, rank);
-        CUTE_UNROLL
-        for (int e = 0; e < 2 * kPairs; e += 2)
-          stsCluster64(clusterAddress(sharedAddress(slot + (e / 2) * kWarpgroupThreads + wtid), vb % kCluster),
-                       make_float2(acc(e), acc(e + 1)));
-      }
-      cute::cluster_sync();  // every part in its owner's slots
-      CUTE_UNROLL
-      for (int vb = 0; vb < NV; ++vb) {
-        if (vb % kCluster != rank || vb % NK != wg) continue;
-        float* dd = p.dd + offV + vb * E;  // dD_local, read and overwritten by its owner only
-        forEachPair<MmaKK>(cE(), [&](int e, int t, int v) {
-          float2 sum = make_float2(0.f, 0.f);
-          CUTE_UNROLL
-          for (int src = 0; src < kCluster; ++src) {
-            const float2 x = slotOf(vb, src)[(e / 2) * kWarpgroupThreads + wtid];
-            sum.x += x.x;
-            sum.y += x.y;
-          }
-          const float2 local =
-              t < rows ? *reinterpret_cast<const float2*>(dd + t * rowV + v) : make_float2(0.f, 0.f);
-          const float f = decayTo<Decay>(sm.b, t);
-          const float d0 = local.x + f * sum.x, d1 = local.y + f * sum.y;
-          if (t < rows) *reinterpret_cast<float2*>(dd + t * rowV + v) = make_float2(d0, d1);
-          const uint32_t nd = pack2<T>(-d0, -d1), at = tNd.at(t, v, vb);
-          CUTE_UNROLL
-          for (int dst = 0; dst < kCluster; ++dst) stsCluster32(clusterAddress(at, dst), nd);
-        });
-      }
-      fenceClusterToAsyncProxy();
-      cute::cluster_sync();  // -dD, every value block, in every CTA; the slots free again
+      forEachPair<MmaKK>(cE(), [&](int e, int t, int v) {
+        const float f = decayTo<Decay>(sm.b, t);
+        const float d0 = local[e / 2].x + f * acc(e), d1 = local[e / 2].y + f * acc(e + 1);
+        if (t < rows) *reinterpret_cast<float2*>(dd + t * rowV + v) = make_float2(d0, d1);
+        sts32(tNd.at(t, v, vb), pack2<T>(-d0, -d1));
+      });
     }
     copyWait<0>();  // second(i): q, W, dO
     fenceToAsyncProxy();
@@ -346,7 +273,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     // dO S_c^T, and dO D^T beside it in the warpgroup that forms dA' (each batch whole inside
     // its branch: a condition between issue() and the commit makes ptxas serialize the wgmma)
     auto doS = [&](int vb) {
-      Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(lkb, vb)));
+      Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(kb, vb)));
       Tensor fO = thrKK.partition_fragment_A(fresh(tO).tensor()(_, _, vb));
       gemmTerm(vb == 0, mmaKK, fO, fS, acc);
     };
@@ -385,9 +312,9 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
 
     issue(acc);
     gemm<false>(mmaKM, thrKM.partition_fragment_A(fresh(tA).tensor()(_, _, 0)),
-                thrKM.partition_fragment_B(fresh(tKt).tensor()(_, _, lkb)), acc);
+                thrKM.partition_fragment_B(fresh(tKt).tensor()(_, _, kb)), acc);
     commitAndWait(acc);
-    if (wantDg) rowDots(tQ, sm.rowQ[lkb]);
+    if (wantDg) rowDots(tQ, sm.rowQ[kb]);
     if (p.dq) {
       T* dq = static_cast<T*>(p.dq) + offK + kb * E;
       forEachPair<MmaKK>(cE(), [&](int e, int t, int d) {
@@ -399,10 +326,10 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb) {
       Tensor fDHi = thrKK.partition_fragment_A(fresh(tDHi).tensor()(_, _, vb));
-      Tensor fSHi = thrKK.partition_fragment_B(fresh(tSHi).tensor()(_, _, block(lkb, vb)));
+      Tensor fSHi = thrKK.partition_fragment_B(fresh(tSHi).tensor()(_, _, block(kb, vb)));
       gemmTerm(vb == 0, mmaKK, fDHi, fSHi, acc);
       gemm<false>(mmaKK, thrKK.partition_fragment_A(fresh(tDLo).tensor()(_, _, vb)), fSHi, acc);
-      gemm<false>(mmaKK, fDHi, thrKK.partition_fragment_B(fresh(tSLo).tensor()(_, _, block(lkb, vb))), acc);
+      gemm<false>(mmaKK, fDHi, thrKK.partition_fragment_B(fresh(tSLo).tensor()(_, _, block(kb, vb))), acc);
     }
     commitAndWait(acc);
     forEachPair<MmaKK>(cE(), [&](int e, int s, int) {
@@ -410,12 +337,12 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
       acc(e) *= f;
       acc(e + 1) *= f;
     });
-    if (wantDg) rowDots(tK, sm.rowKd[lkb]);
+    if (wantDg) rowDots(tK, sm.rowKd[kb]);
     issue(acc);
     gemm<false>(mmaMM, thrMM.partition_fragment_A(fresh(tAt).tensor()(_, _, 0)),
-                thrMM.partition_fragment_B(fresh(tQt).tensor()(_, _, lkb)), acc);
+                thrMM.partition_fragment_B(fresh(tQt).tensor()(_, _, kb)), acc);
     commitAndWait(acc);
-    if (wantDg) rowDots(tK, sm.rowK[lkb]);
+    if (wantDg) rowDots(tK, sm.rowK[kb]);
     {
       float* dk = p.dkpart + offK + kb * E;
       forEachPair<MmaKK>(cE(), [&](int e, int t, int d) {
@@ -427,7 +354,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb) {
       Tensor fNd = thrKK.partition_fragment_A(fresh(tNd).tensor()(_, _, vb));
-      Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(lkb, vb)));
+      Tensor fS = thrKK.partition_fragment_B(fresh(tS).tensor()(_, _, block(kb, vb)));
       gemmTerm(vb == 0, mmaKK, fNd, fS, acc);
     }
     commitAndWait(acc);
@@ -448,7 +375,7 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
         forEachPair<MmaKK>(cE(), [&](int e, int d, int v) {
           float2 x;
           if (h0 != nullptr) x = *reinterpret_cast<const float2*>(h0 + int64_t(d) * DV + vb * E + v);
-          else x = unpack2<T>(lds32(tS.at(d, v, block(lkb, vb))));
+          else x = unpack2<T>(lds32(tS.at(d, v, block(kb, vb))));
           dot += x.x * accS[vb](e) + x.y * accS[vb](e + 1);
         });
       CUTE_UNROLL
@@ -459,38 +386,25 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     if (i + 1 < numChunks) loadFirst(chunkOf(i + 1));
     copyCommit();
 
-    if (wantDg) {  // this chunk's parts: dbpart [B, T, H], zpart [slots, H], over every key block
-      // kCluster > 1: rank 0 reads its peers' row dots from their shared memory, in the order the
-      // one-CTA pass adds them (key blocks ascending), once all are written; they are written
-      // again only after the next chunk's first cluster barrier
-      if constexpr (kCluster > 1) cute::cluster_sync();
-      auto part = [&](const float* x, int src) {  // *x of CTA src
-        if constexpr (kCluster > 1) return src == rank ? *x : ldsCluster32f(clusterAddress(sharedAddress(x), src));
-        else return *x;
-      };
-      if (rank == 0 && tid < C && tid < rows) {
+    if (wantDg) {  // this chunk's parts: dbpart [B, T, H], zpart [slots, H] (one key block)
+      if (tid < C && tid < rows) {
         float q = 0.f, k = 0.f;
         CUTE_UNROLL
-        for (int src = 0; src < kCluster; ++src)
-          CUTE_UNROLL
-          for (int j = 0; j < NK; ++j) {
-            q += part(&sm.rowQ[j][tid], src);
-            k += part(&sm.rowK[j][tid], src);
-          }
+        for (int j = 0; j < NK; ++j) {
+          q += sm.rowQ[j][tid];
+          k += sm.rowK[j][tid];
+        }
         p.dbpart[(tok0 + tid) * H + h] = q - k;
       }
-      if (rank == 0 && tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
+      if (tid < 32) {  // warp 0: sum_t k_t . dk_Kd_t by a fixed shuffle tree
         float kd = 0.f;
         CUTE_UNROLL
-        for (int src = 0; src < kCluster; ++src)
-          CUTE_UNROLL
-          for (int j = 0; j < NK; ++j) kd += part(&sm.rowKd[j][tid], src) + part(&sm.rowKd[j][tid + 32], src);
+        for (int j = 0; j < NK; ++j) kd += sm.rowKd[j][tid] + sm.rowKd[j][tid + 32];
         CUTE_UNROLL
         for (int o = 16; o > 0; o >>= 1) kd += __shfl_xor_sync(0xffffffffu, kd, o);
         if (tid == 0) {
           float z = 0.f;
-          for (int src = 0; src < kCluster; ++src)
-            for (int w = 0; w < kThreads / 32; ++w) z += part(&sm.dot[w], src);
+          for (int w = 0; w < kThreads / 32; ++w) z += sm.dot[w];
           p.zpart[(coff + c) * H + h] = decayFrom<Decay>(sm.b, C - 1) * z + kd;
         }
       }
@@ -526,8 +440,8 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb) warpgroup_fence_operand(accS[vb]);
     warpgroup_arrive();
-    Tensor fQt = thrMM.partition_fragment_A(fresh(tQt).tensor()(_, _, lkb));
-    Tensor fWt = thrMM.partition_fragment_A(fresh(tWt).tensor()(_, _, lkb));
+    Tensor fQt = thrMM.partition_fragment_A(fresh(tQt).tensor()(_, _, kb));
+    Tensor fWt = thrMM.partition_fragment_A(fresh(tWt).tensor()(_, _, kb));
     CUTE_UNROLL
     for (int vb = 0; vb < NV; ++vb) {
       gemm<false>(mmaMM, fQt, thrMM.partition_fragment_B(fresh(tOt).tensor()(_, _, vb)), accS[vb]);
@@ -552,7 +466,6 @@ __global__ void __launch_bounds__(deltaReverseGradWarpgroups<DK, kCluster>() * k
             make_float2(accS[vb](e), accS[vb](e + 1));
       });
   }
-  if constexpr (kCluster > 1) cute::cluster_sync();  // no CTA leaves while a peer may address it
 }
 
 }  // namespace linac::kernels::cuda::hopper

@@ -9,8 +9,7 @@
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md);
 //    at dk, dv <= 128 stages 3 and 4 as one reverse pass (delta_bwd_reverse_grad.cuh) where it
 //    times faster than the staged pair for the shape class (autotune.h;
-//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either; LINAC_HOPPER_FUSED_CLUSTER=1 runs that pass
-//    split by key block over two-CTA clusters at dk = dv = 128, opt-in, not yet run on a GPU).
+//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_key_grad.cuh
 //    and diag_value_grad.cuh), called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
 //    inclusive readout since the kernel lab and `linac verify` checked them on the H200 (1.5x
