@@ -1048,7 +1048,7 @@ int main(int argc, char** argv) {
         e.kind.decay = DecayClass::None; e.dtype = DType::F32; e.cu = {}; e.B = 2; e.T = 80; e.dk = 128; e.dv = 64;
         runBwdCase(e);
         // DeltaNet's heads, dk = dv = 128, varlen with a partial chunk: the fused reverse pass's
-        // shape (its cluster form with --hopper-fused-cluster), so the sanitizers see it
+        // shape (with --hopper-fused-reverse), so the sanitizers see it
         runBwdCase({{DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 150, 1, 128, 128,
                     {0, 70, 150}});
         // the delta rule at dk 256, dv 512 (the wide Hopper backward unless LINAC_HOPPER_WIDE_BWD=0):
