@@ -837,7 +837,8 @@ void bench() {
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
-              "on the same H200 at B8 T4096 H8 D128, 2026-12-03 (bench/NOTES.md, Hopper forward)\n");
+              "on an H200 at B8 T4096 H8 D128, 2026-12-03, an anchor from another call (bench/NOTES.md,\n"
+              "Hopper forward; same-call ratios: bench/run_h200.sh lab, bench/compare.py)\n");
   std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread;\n"
               " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order; 'early':\n"
               " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w)\n");
@@ -893,6 +894,8 @@ void benchBackward() {
   std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
               " wgmma backward where it applies)\n");
   std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1)\n");
+  std::printf("(fla f+b: fla 0.6.0 on an H200, 2026-12-03, an anchor from another call; fla's ops timed\n"
+              " beside the lab in one call: bench/run_h200.sh lab, bench/compare.py)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd",
               "fla f+b", "ratio");
   auto timeRow = [&](const Row& r, int B, int T, int H, int DK, int DV) {
