@@ -11,7 +11,8 @@ import sys
 
 
 def shape_of(r):
-    return (r["B"], r["T"], r["H"], r["D"])
+    """(B, T, H, D); the delta rules' wide heads (rows with dk and dv) are their own shape, D "dkxdv"."""
+    return (r["B"], r["T"], r["H"], r["D"] if "dv" not in r else f"{r['dk']}x{r['dv']}")
 
 
 def rows(path):
@@ -79,13 +80,11 @@ def main(linac_path, *fla_paths):
     linac = {}  # shape -> (variant, op) -> row
     for r in rows(linac_path):
         for op, row in linac_ops(r):
-            key = shape_of(r) if "dv" not in r else (r["B"], r["T"], r["H"], f"{r['dk']}x{r['dv']}")
-            linac.setdefault(key, {})[(r["variant"], op)] = row
-    fla = {}  # shape -> variant -> row; the delta rules' wide heads (dk x dv) are their own shape
+            linac.setdefault(shape_of(r), {})[(r["variant"], op)] = row
+    fla = {}  # shape -> variant -> row
     for path in fla_paths:
         for r in rows(path):
-            key = shape_of(r) if "dv" not in r else (r["B"], r["T"], r["H"], f"{r['dk']}x{r['dv']}")
-            fla.setdefault(key, {})[r["variant"]] = r
+            fla.setdefault(shape_of(r), {})[r["variant"]] = r
     bypassed = False
     for i, shape in enumerate(sorted(set(linac) | set(fla), key=str)):
         if i:

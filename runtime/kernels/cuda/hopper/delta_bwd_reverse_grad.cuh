@@ -26,8 +26,8 @@
 // (waited for only before B, so they arrive under A);
 // D (fp32) comes through registers (loaded under the update at dk 128) and is split into hi + lo at
 // the top of its chunk.
-// One CTA per (head, sequence) fills B * H SMs: the dispatch (delta_backward_stages.cuh) takes
-// this pass where that is at least half the GPU, else stages 3 and 4 apart.
+// One CTA per (head, sequence) fills B * H SMs: the dispatch (backward.cu) times this pass against
+// stages 3 and 4 apart per shape class (autotune.h) and takes the faster.
 #pragma once
 
 #include "delta_bwd_common.cuh"
