@@ -21,6 +21,8 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
                    "column": "linac-column-inverse (LINAC_HOPPER_BLOCK_INVERSE=0)",
                    "overlap": "linac-overlapped-state-stage (LINAC_HOPPER_OVERLAP=1)",
                    "early": "linac-early-qw-loads (LINAC_HOPPER_LATE=0)",
+                   "inline": "linac-inline-scores (LINAC_HOPPER_PREPARED_SCORES=0)",
+                   "prepared": "linac-prepared-scores (LINAC_HOPPER_PREPARED_SCORES=1)",
                    "mma.sync": "linac-mma.sync (LINAC_HOPPER=0)"}
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),

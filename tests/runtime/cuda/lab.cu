@@ -10,7 +10,8 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
+//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
+//                       [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -39,9 +40,13 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
-//   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass timed
-//                 against their alternatives per shape class (=auto: kernels/cuda/autotune.h), each
-//                 case running the winner: the default, named here to override the environment
+//   --hopper-prepared-scores  the additive rule's decays none / fixed / scalar take the chunk
+//                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1)
+//                 instead of the state stage; the forward timings show both beside the default
+//   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
+//                 additive rule's prepared scores, timed against their alternatives per shape
+//                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
+//                 default, named here to override the environment
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --no-fwd      no forward timing rows (the backward's alone, e.g. under ncu)
@@ -819,7 +824,11 @@ void bench() {
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
-    char column[16] = "-", overlap[16] = "-", early[16] = "-";
+    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", prepared[16] = "-";
+    if (!delta && kind.decay != DecayClass::Diagonal) {
+      std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
+      std::snprintf(prepared, sizeof prepared, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", run));
+    }
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
       std::snprintf(overlap, sizeof overlap, "%.3f", withEnv("LINAC_HOPPER_OVERLAP", "1", run));
@@ -830,8 +839,8 @@ void bench() {
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap, early, old,
-                fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
+                early, inline_, prepared, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -841,9 +850,11 @@ void bench() {
               "Hopper forward; same-call ratios: bench/run_h200.sh lab, bench/compare.py)\n");
   std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread;\n"
               " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order; 'early':\n"
-              " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column", "overlap",
-              "early", "mma.sync", "fla");
+              " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w;\n"
+              " 'inline' / 'prepared': LINAC_HOPPER_PREPARED_SCORES=0 / =1, the additive rule's chunk\n"
+              " scores formed in the state stage or by their chunk-parallel preparation)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
+              "overlap", "early", "inline", "prepared", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -981,8 +992,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-prepared-scores")) setenv("LINAC_HOPPER_PREPARED_SCORES", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
-      for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE"})
+      for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
+                               "LINAC_HOPPER_PREPARED_SCORES"})
         setenv(name, "auto", 1);
     }
     else if (!std::strcmp(argv[i], "--no-bench")) do_bench = false;

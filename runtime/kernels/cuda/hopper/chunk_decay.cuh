@@ -9,6 +9,8 @@
 //   ScalarDecay  g [B, T, H]: staged per chunk into shared memory by cp.async, then summed by one
 //                warp (two tokens per lane).
 //   PrecomputedDiagonal  g [B, T, H, dk], applied by diagonal_prepare.cuh before the state stage.
+// kScoresPrepared: whether a preparation stage wrote the chunk's P for the additive rule's state
+// stage (the delta rule's preparation always does).
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -22,16 +24,19 @@ constexpr int kChunk = 64;
 struct NoDecay {
   static constexpr bool kActive = false;
   static constexpr DecayClass kClass = DecayClass::None;
+  static constexpr bool kScoresPrepared = false;  // P formed in the state stage (additive)
 };
 
 struct FixedDecay {
   static constexpr bool kActive = true;
   static constexpr DecayClass kClass = DecayClass::Fixed;
+  static constexpr bool kScoresPrepared = false;  // P formed in the state stage (additive)
 };
 
 struct ScalarDecay {
   static constexpr bool kActive = true;
   static constexpr DecayClass kClass = DecayClass::Scalar;
+  static constexpr bool kScoresPrepared = false;  // P formed in the state stage (additive)
 };
 
 /// A diagonal (per key channel) decay whose factors diagonal_prepare.cuh has already applied to the
@@ -39,6 +44,16 @@ struct ScalarDecay {
 struct PrecomputedDiagonal {
   static constexpr bool kActive = false;
   static constexpr DecayClass kClass = DecayClass::Diagonal;
+  static constexpr bool kScoresPrepared = true;
+};
+
+/// Decay none / fixed / scalar with the chunk's attention matrix P formed by a chunk-parallel
+/// preparation (scores_prepare.cuh) that the additive rule's state stage loads, instead of forming
+/// Q K^T on its serial chain of chunks.
+template <class Decay>
+struct WithPreparedScores : Decay {
+  static_assert(Decay::kClass != DecayClass::Diagonal, "the diagonal decay prepares its own scores");
+  static constexpr bool kScoresPrepared = true;
 };
 
 /// e^x as __expf computes it (x log2 e, then MUFU.EX2) but with denormal results flushed to zero:
@@ -92,6 +107,22 @@ __device__ void chunkLogDecay(float* sB, const float* sG, const float* g, int ro
   }
   sB[t0] = incl - pair + g0;
   sB[t1] = incl;
+}
+
+/// The chunk's attention scores at (t, s) and (t, s + 1) from Q K^T's accumulator pair (qk0, qk1):
+///   P[t][s] = scale (q_t . k_s) exp(b_t - b_s) for s <= t, else 0
+/// with b the chunk's log-decays (sB, chunkLogDecay; unread without a decay). exp(b_t - b_s) is
+/// taken only where s <= t: above the diagonal it can overflow (strong gates), and 0 * inf is NaN.
+template <class Decay>
+__device__ __forceinline__ float2 maskedScores(float qk0, float qk1, int t, int s, const float* sB,
+                                               float scale) {
+  float f0 = scale, f1 = scale;
+  if constexpr (Decay::kActive) {
+    const float bt = sB[t];
+    f0 *= __expf(fminf(bt - sB[s], 0.f));
+    f1 *= __expf(fminf(bt - sB[s + 1], 0.f));
+  }
+  return make_float2(s <= t ? qk0 * f0 : 0.f, s + 1 <= t ? qk1 * f1 : 0.f);
 }
 
 }  // namespace linac::kernels::cuda::hopper

@@ -154,16 +154,10 @@ __global__ void __launch_bounds__(kWarpgroupThreads, DeltaPrepareTiles<T, DK, DV
   auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
   using MmaKK = typename Tiles::MmaKK;
   const auto cA = accCoords<C, C>(mmaKK);
-  // P: exp(b_t - b_s) only where s <= t (above the diagonal it can overflow, and 0 * inf is NaN).
   T* pChunk = static_cast<T*>(out.p) + (slot * H + h) * int64_t(C) * C;  // [C, C]
   forEachPair<MmaKK>(cA, [&](int i, int t, int s) {
-    float f0 = p.scale, f1 = p.scale;
-    if constexpr (Decay::kActive) {
-      f0 *= __expf(fminf(decayAt(t) - decayAt(s), 0.f));
-      f1 *= __expf(fminf(decayAt(t) - decayAt(s + 1), 0.f));
-    }
-    *reinterpret_cast<uint32_t*>(pChunk + t * C + s) =
-        pack2<T>(s <= t ? accP(i) * f0 : 0.f, s + 1 <= t ? accP(i + 1) * f1 : 0.f);
+    const float2 ps = maskedScores<Decay>(accP(i), accP(i + 1), t, s, sm.b, p.scale);
+    *reinterpret_cast<uint32_t*>(pChunk + t * C + s) = pack2<T>(ps.x, ps.y);
   });
   forEachPair<MmaKK>(cA, [&](int i, int t, int s) {
     const float bt = sm.beta[t];

@@ -7,6 +7,7 @@
 
 #include "../autotune.h"
 #include "../cuda_check.h"
+#include "../device_info.h"
 #include "chunk_decay.cuh"
 #include "env_switch.h"
 #include "forward_params.h"
@@ -131,15 +132,36 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
                                      : s.batch * p.chunks_per_seq;
   p.tokens = tokens;
   p.slots = slots;
-  auto run = [&](bool late, bool overlap) {
+  auto run = [&](bool late, bool overlap, bool prepared = false) {
     ForwardParams q = p;
     q.late_loads = late;
     q.overlap = overlap;
+    q.prepared_scores = prepared;
     if (dtype == DType::BF16)
       runKeyDim<cutlass::bfloat16_t>(kind, q, s.key_dim, stream);
     else
       runKeyDim<cutlass::half_t>(kind, q, s.key_dim, stream);
   };
+  auto values = [](Switch sw, bool fallback) {
+    if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
+    return std::vector<bool>{sw == Switch::On};
+  };
+  const std::string shapeClass = recurrenceShapeClass(kind, dtype, s, num_seqs);
+  if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
+    // The chunk scores formed on the state stage's serial chain, or by a chunk-parallel stage
+    // first (scores_prepare.cuh), timed per shape class (autotune.h). The fallback prepares them
+    // where the state stage's grid (value blocks of 32 x heads x sequences) leaves SMs idle: there
+    // the chain is the forward's time (RetNet at B2 T16384 H4 D128: 3.3x its B8 T4096 H8 time for
+    // the same tokens, session 32). LINAC_HOPPER_PREPARED_SCORES =1 / =0 pins either.
+    const int64_t narrowCtas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
+    const bool preparedFallback = narrowCtas < multiprocessorCount();
+    std::vector<TuneCandidate> candidates;  // the first is the fallback
+    for (const bool prepared : values(envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Auto), preparedFallback))
+      candidates.push_back({prepared ? "prepared" : "inline", [&run, prepared] { run(false, false, prepared); }});
+    const size_t pick = chooseCandidate("forward.additive_scores", shapeClass, candidates, 0, stream);
+    candidates[pick].launch();
+    return;
+  }
   if (kind.update != UpdateRule::Delta || s.key_dim > 128) {  // no choice (dk 256 loads late always)
     run(false, false);
     return;
@@ -152,17 +174,12 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   const bool lateFallback = kind.decay == DecayClass::Scalar;
   const Switch late = envChoice("LINAC_HOPPER_LATE", Switch::Auto);
   const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Auto);
-  auto values = [](Switch sw, bool fallback) {
-    if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
-    return std::vector<bool>{sw == Switch::On};
-  };
   std::vector<TuneCandidate> candidates;  // the first is the fallback
   for (const bool o : values(overlap, false))
     for (const bool l : values(late, lateFallback))
       candidates.push_back({std::string(l ? "late" : "early") + (o ? "+overlap" : ""),
                             [&run, l, o] { run(l, o); }});
-  const size_t pick = chooseCandidate("forward.delta_state", recurrenceShapeClass(kind, dtype, s, num_seqs),
-                                      candidates, 0, stream);
+  const size_t pick = chooseCandidate("forward.delta_state", shapeClass, candidates, 0, stream);
   candidates[pick].launch();
 }
 

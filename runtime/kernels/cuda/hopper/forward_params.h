@@ -1,4 +1,5 @@
-// Arguments of the Hopper forward stages (delta_prepare.cuh, state_output.cuh). Element pointers are
+// Arguments of the Hopper forward stages (delta_prepare.cuh, diagonal_prepare.cuh,
+// scores_prepare.cuh, state_output.cuh). Element pointers are
 // untyped here; each kernel reads them as its dtype. Tensors are contiguous [B, T, H, D] (tokens
 // packed as [B * T] rows of H heads); with cu_seqlens, B = 1 and sequence n spans tokens
 // [cu_seqlens[n], cu_seqlens[n + 1]).
@@ -22,8 +23,8 @@ struct ForwardParams {
   const float* bonus;    // [H, dk] (exclusive readout) RWKV-6's u
   const void* qd;        // [B, T, H, dk] (diagonal) scale q . exp(bq), diagonal_prepare.cuh
   const void* kd;        // [B, T, H, dk] (diagonal) k . exp(b_last - b)
-  const void* pd;        // [slots, H, C, C] (diagonal, delta) the chunk's decayed, masked, scaled
-                         // Q K^T, written by the preparation
+  const void* pd;        // [slots, H, C, C] (diagonal, delta, prepared scores) the chunk's decayed,
+                         // masked, scaled Q K^T, written by the preparation
   const float* decay;    // [slots, H, dk] (diagonal) exp(b_last) per key channel
   const float* h0;       // [N, H, dk, dv] or null
   void* o;               // [B, T, H, dv]
@@ -45,6 +46,8 @@ struct ForwardParams {
                          // (state_output.cuh); timed by forward.cu (autotune.h)
   bool late_loads;       // (delta, dk <= 128) the state stage keeps one stage of q / w tiles
                          // (forward.cu chooses; dk 256 always does)
+  bool prepared_scores;  // (additive, decay none / fixed / scalar) P from scores_prepare.cuh, loaded
+                         // by the state stage instead of formed there (forward.cu chooses)
 };
 
 /// Writable views of the preparation's outputs.

@@ -1,6 +1,7 @@
 // Launches of the Hopper forward stages for one (element type, key dim, decay class); the
 // forward_<dtype>_k<dk>.cu files instantiate them so the instantiations compile in parallel.
-//   additive: stateOutputKernel
+//   additive: stateOutputKernel, or with p.prepared_scores scoresPrepareKernel (P into a workspace)
+//             first
 //   delta:    deltaPrepareKernel (W, U, P into a workspace, workspace.h), then stateOutputKernel
 //   diagonal: diagonalPrepareKernel (qd, kd, P, decay into a workspace), then stateOutputKernel
 #pragma once
@@ -10,6 +11,7 @@
 #include "../workspace.h"
 #include "delta_prepare.cuh"
 #include "diagonal_prepare.cuh"
+#include "scores_prepare.cuh"
 #include "state_output.cuh"
 
 #include <string>
@@ -141,12 +143,33 @@ void launchPrepareDV(const ForwardParams& p, const PrepareOutputs& out, int64_t 
   }
 }
 
+/// The additive rule with P from scores_prepare.cuh: the chunks' scores into a workspace, then the
+/// state stage loading them.
+template <class T, int DK, class Decay>
+void runPreparedScores(ForwardParams p, cudaStream_t stream) {
+  using Tiles = ScoresPrepareTiles<T, DK>;
+  const Workspace workspace(size_t(p.slots) * p.heads * kChunk * kChunk * sizeof(T), stream);
+  p.pd = workspace.data();
+  typename Tiles::Maps maps{};
+  const TokenExtent layout = tokenExtent(p);
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk);
+  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the scores' operands");
+  auto kernel = scoresPrepareKernel<T, DK, Decay>;
+  setSmem(kernel, Tiles::kSmemBytes);
+  kernel<<<dim3(unsigned(p.slots), p.heads), kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(
+      p, workspace.data(), maps);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::scoresPrepareKernel");
+  launchStateOutput<T, DK, WithPreparedScores<Decay>, false>(p, stream);
+}
+
 /// The forward for one (T, DK, Decay).
 template <class T, int DK, class Decay>
 void runStages(bool delta, ForwardParams p, cudaStream_t stream) {
   const int64_t tokens = p.tokens, slots = p.slots;
   if (!delta) {
-    launchStateOutput<T, DK, Decay, false>(p, stream);
+    if (p.prepared_scores) runPreparedScores<T, DK, Decay>(p, stream);
+    else launchStateOutput<T, DK, Decay, false>(p, stream);
     return;
   }
   const size_t wBytes = size_t(tokens) * p.heads * DK * sizeof(T);

@@ -5,8 +5,9 @@
 // Per chunk of C = 64 tokens (b = cumulative log-decay from the chunk start, chunk_decay.cuh;
 // rows past the sequence end are zero):
 //   P  = scale * (Q K^T) . exp(b_t - b_s), kept for s <= t                       [C, C]
-//        (computed here for the additive rule; the delta rule's and the diagonal decay's
-//        preparation writes it, and the state stage loads it per chunk)
+//        (computed here for the additive rule unless its decay comes WithPreparedScores; the
+//        delta rule's, the diagonal decay's and scores_prepare.cuh's preparations write it, and
+//        the state stage loads it per chunk)
 //   X  = V (additive)  or  X = U - W S (delta rule; U, W from delta_prepare.cuh)  [C, BV]
 //   O  = scale * diag(exp(b)) Q S + P X                                           [C, BV]
 //   S <- exp(b_last) S + K^T (diag(exp(b_last - b)) X)                            [dk, BV]
@@ -38,10 +39,13 @@
 
 namespace linac::kernels::cuda::hopper {
 
-template <class T, int DK, int BV, bool kDelta, bool kLate = false, bool kDiag = false>
+template <class T, int DK, int BV, bool kDelta, bool kLate = false, bool kDiag = false,
+          bool kScoresPrepared = false>
 struct StateOutputTiles {
   static constexpr int C = kChunk;
-  static constexpr bool kLoadP = kDelta || kDiag;  // P from the preparation (ForwardParams::pd)
+  // P from a preparation (ForwardParams::pd): the delta rule's, the diagonal decay's, or
+  // scores_prepare.cuh's for the additive rule's other decays
+  static constexpr bool kLoadP = kDelta || kDiag || kScoresPrepared;
   static constexpr int kQwStages = kLate ? 1 : 2;
   using Qw = RowTile<T, C, DK, kQwStages>;  // q, w: [t, d]
   using Qk = RowTile<T, C, DK, 2>;           // k: [t, d], two stages
@@ -81,11 +85,11 @@ struct StateOutputTiles {
 };
 
 /// The tiles of the state stage for a decay class: a diagonal decay arrives applied
-/// (diagonal_prepare.cuh) and stages P and the per-channel decay per chunk. Kernel and launch both
-/// size shared memory through this alias.
+/// (diagonal_prepare.cuh) and stages P and the per-channel decay per chunk; a decay
+/// WithPreparedScores stages P. Kernel and launch both size shared memory through this alias.
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false>
-using StateOutputTilesFor =
-    StateOutputTiles<T, DK, BV, kDelta, kLate, Decay::kClass == DecayClass::Diagonal>;
+using StateOutputTilesFor = StateOutputTiles<T, DK, BV, kDelta, kLate, Decay::kClass == DecayClass::Diagonal,
+                                             Decay::kScoresPrepared>;
 
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false, bool kOverlap = false>
 __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
@@ -259,17 +263,20 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
       issue(accO);
       gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
       commitBatch();
-    } else {
-      if constexpr (kLoadP) {
-        issue(accO, accX);
-      } else {
-        issue(accP, accO);
-        gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
-      }
+    } else if constexpr (kDelta) {
+      issue(accO, accX);
       gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
-      if constexpr (kDelta) gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
-      if constexpr (kLoadP) commitAndWait(accO, accX);
-      else commitAndWait(accP, accO);
+      gemm<true>(mmaQS, fW_qs(_, _, _, qwStage), fS_qs, accX);
+      commitAndWait(accO, accX);
+    } else if constexpr (kLoadP) {
+      issue(accO);
+      gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
+      commitAndWait(accO);
+    } else {
+      issue(accP, accO);
+      gemm<true>(mmaQK, fQ_qk(_, _, _, qwStage), fK_qk(_, _, _, stage), accP);
+      gemm<true>(mmaQS, fQ_qs(_, _, _, qwStage), fS_qs, accO);
+      commitAndWait(accP, accO);
     }
     // sm.b; without kOverlap also every read of q and w done (with it, Q S may still read them)
     if constexpr (Decay::kActive || kLate) __syncthreads();
@@ -280,15 +287,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
 
     const float bLast = Decay::kActive ? sm.b[C - 1] : 0.f;
     if constexpr (!kLoadP) forEachPair<MmaQK>(cP, [&](int i, int t, int s) {
-      // exp(b_t - b_s) only where s <= t: above the diagonal it can overflow (strong gates), and
-      // 0 * inf would be NaN.
-      float f0 = p.scale, f1 = p.scale;
-      if constexpr (Decay::kActive) {
-        const float bt = sm.b[t];
-        f0 *= __expf(fminf(bt - sm.b[s], 0.f));
-        f1 *= __expf(fminf(bt - sm.b[s + 1], 0.f));
-      }
-      sts32(tP.at(t, s), pack2<T>(s <= t ? accP(i) * f0 : 0.f, s + 1 <= t ? accP(i + 1) * f1 : 0.f));
+      const float2 ps = maskedScores<Decay>(accP(i), accP(i + 1), t, s, sm.b, p.scale);
+      sts32(tP.at(t, s), pack2<T>(ps.x, ps.y));
     });
     if constexpr (kDelta) {
       forEachPair<MmaQS>(cO, [&](int i, int t, int v) {
