@@ -1033,6 +1033,15 @@ int main(int argc, char** argv) {
       // decay with several value blocks
       runChunkCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64, {0, 70, 150}});
       runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
+      // ... the additive rule's scores from their preparation (scores_prepare.cuh), varlen with a
+      // partial chunk, whichever the tuner would pick; the diagonal decay at dk 256
+      withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", [] {
+        runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64,
+                      {0, 70, 150}});
+        return 0.0;
+      });
+      runChunkCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 256, 64,
+                    {0, 70, 150}});
       c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
       c.dtype = DType::F32;
       runChunkCase(c);
@@ -1094,6 +1103,15 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
           }
+      // the diagonal decay at dk 256 (the Hopper stages unless LINAC_HOPPER_WIDE=0): both readouts,
+      // varlen with partial chunks, fp16, strong gates
+      for (auto ro : readouts) {
+        const RecurrenceKind dk256{DecayClass::Diagonal, UpdateRule::Additive, ro};
+        runChunkCase({dk256, DType::BF16, 1, 300, 2, 256, 128, {0, 1, 64, 129, 200, 300}});
+        runChunkCase({dk256, DType::F16, 2, 100, 1, 256, 256, {}});
+        Case s{dk256, DType::BF16, 2, 130, 1, 256, 64, {}};
+        s.gmul = 10; s.gclamp = -20; runChunkCase(s);
+      }
       if (fwd_only) {  // the Hopper path's classes with fp16 and a long multi-chunk case
         for (auto up : updates)
           for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {

@@ -1,5 +1,6 @@
 // Hopper forward, preparation stage of a diagonal (per key channel) decay with the additive rule
-// (GLA, HGRN-2, RWKV-6): chunk-parallel, one CTA of eight warps per (chunk slot, head). Everything
+// (GLA, HGRN-2, RWKV-6), key dims 64, 128 and 256: chunk-parallel, one CTA of eight warps per
+// (chunk slot, head). Everything
 // the per-channel decay changes is computed here once per chunk and head, so that the state stage
 // (state_output.cuh, kDiagonal) runs the plain products for every block of value columns.
 //
@@ -34,8 +35,9 @@ struct DiagonalOutputs {
   float* decay;  // [slots, H, dk]
 };
 
-// Two CTAs of eight warps per SM: every loop below is a chain of shared-memory loads and
-// exponentials, and four warps per scheduler hide each other's latency where one could not.
+// Two CTAs of eight warps per SM at dk <= 128 (one at dk 256, whose tiles take ~200 KB): every
+// loop below is a chain of shared-memory loads and exponentials, and four warps per scheduler hide
+// each other's latency where one could not.
 constexpr int kDiagonalPrepareThreads = 256;
 
 template <class T, int DK>
@@ -83,18 +85,27 @@ __device__ inline float reduceScatter16(float (&v)[16], int lane) {
 /// takes one multiply per step and a pair costs a multiply and a fused multiply-add per channel,
 /// no exponential (the exponentials are a's, one per token and channel). A warp owns one block and
 /// half of its source tokens s, {0, 3, 4, 7, ...} or {1, 2, 5, 6, ...} (equal work: 68 pairs
-/// each); a lane owns DK / 32 adjacent channels, and the sum over channels is reduceScatter16.
+/// each); a lane owns DK / 32 adjacent channels (2, 4 or 8), and the sum over channels is
+/// reduceScatter16.
 /// Exclusive readout: P[t][t] is the bonus q_t . (u * k_t).
 template <class T, int DK, bool kExclusive, class Smem>
 __device__ void diagonalBlocksByChains(Smem& sm, const float* a /* [C, DK] */) {
   constexpr int NB = Smem::kBlock, LdH = Smem::kLdH, CPL = DK / 32;
-  static_assert(CPL == 2 || CPL == 4, "DK 64 or 128");
+  static_assert(CPL == 2 || CPL == 4 || CPL == 8, "DK 64, 128 or 256");
   static_assert(kDiagonalPrepareThreads == 2 * 32 * (Smem::C / NB), "two warps per diagonal block");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c0 = lane * CPL;
   const int blk = warp / 2, half = warp % 2;
   auto loadRow = [&](const T* base, int row, float (&out)[CPL]) {  // CPL 16-bit values at (row, c0)
     const T* src = base + row * LdH + c0;
-    if constexpr (CPL == 4) {
+    if constexpr (CPL == 8) {
+      const uint4 w = *reinterpret_cast<const uint4*>(src);
+      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = unpack2<T>(words[j]);
+        out[2 * j] = f.x; out[2 * j + 1] = f.y;
+      }
+    } else if constexpr (CPL == 4) {
       const uint2 w = *reinterpret_cast<const uint2*>(src);
       const float2 lo = unpack2<T>(w.x), hi = unpack2<T>(w.y);
       out[0] = lo.x; out[1] = lo.y; out[2] = hi.x; out[3] = hi.y;
@@ -105,7 +116,11 @@ __device__ void diagonalBlocksByChains(Smem& sm, const float* a /* [C, DK] */) {
   };
   auto loadDecay = [&](int row, float (&out)[CPL]) {
     const float* src = a + row * DK + c0;
-    if constexpr (CPL == 4) {
+    if constexpr (CPL == 8) {
+      const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+      out[0] = lo.x; out[1] = lo.y; out[2] = lo.z; out[3] = lo.w;
+      out[4] = hi.x; out[5] = hi.y; out[6] = hi.z; out[7] = hi.w;
+    } else if constexpr (CPL == 4) {
       const float4 f = *reinterpret_cast<const float4*>(src);
       out[0] = f.x; out[1] = f.y; out[2] = f.z; out[3] = f.w;
     } else {

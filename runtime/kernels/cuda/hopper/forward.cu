@@ -41,6 +41,7 @@ bool isHopper() {
   return hopper;
 }
 
+/// Every decay class at one key dim (64, 128 or 256).
 template <class T, int DK>
 void runDecay(const RecurrenceKind& kind, const ForwardParams& p, cudaStream_t stream) {
   const bool delta = kind.update == UpdateRule::Delta;
@@ -58,24 +59,12 @@ void runDecay(const RecurrenceKind& kind, const ForwardParams& p, cudaStream_t s
   }
 }
 
-/// Key dim 256: decay none / fixed / scalar (the diagonal decay's preparation takes 64 and 128).
-template <class T>
-void runWideKeys(const RecurrenceKind& kind, const ForwardParams& p, cudaStream_t stream) {
-  const bool delta = kind.update == UpdateRule::Delta;
-  switch (kind.decay) {
-    case DecayClass::None: runStages<T, 256, NoDecay>(delta, p, stream); break;
-    case DecayClass::Fixed: runStages<T, 256, FixedDecay>(delta, p, stream); break;
-    case DecayClass::Scalar: runStages<T, 256, ScalarDecay>(delta, p, stream); break;
-    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: a diagonal decay at key dim 256");
-  }
-}
-
 template <class T>
 void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_dim,
                cudaStream_t stream) {
   if (key_dim == 64) runDecay<T, 64>(kind, p, stream);
   else if (key_dim == 128) runDecay<T, 128>(kind, p, stream);
-  else runWideKeys<T>(kind, p, stream);
+  else runDecay<T, 256>(kind, p, stream);
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
@@ -97,8 +86,7 @@ bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceS
   }
   const bool wide = s.key_dim == 256 || s.value_dim > 256;
   if (wide && !wideEnabled()) return false;
-  if (s.key_dim != 64 && s.key_dim != 128 && (s.key_dim != 256 || kind.decay == DecayClass::Diagonal))
-    return false;
+  if (s.key_dim != 64 && s.key_dim != 128 && s.key_dim != 256) return false;
   if (s.value_dim % kValueBlock != 0) return false;
   if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
       s.value_dim != 256 && s.value_dim != 512)

@@ -225,15 +225,12 @@ bool hasHopperCode() {
 
 }  // namespace linac::kernels::cuda::hopper
 
-// Used inside namespace linac::kernels::cuda::hopper.
-// The stages of decay none / fixed / scalar (every key dim), then with the diagonal decay's too
-// (key dims 64 and 128).
-#define LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                         \
+// Used inside namespace linac::kernels::cuda::hopper: every decay class's stages for one element
+// type and key dim.
+#define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
   template void runStages<T, DK, NoDecay>(bool, ForwardParams, cudaStream_t);                   \
   template void runStages<T, DK, FixedDecay>(bool, ForwardParams, cudaStream_t);                \
-  template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, cudaStream_t);
-#define LINAC_HOPPER_FORWARD_INSTANTIATE(T, DK)                                                \
-  LINAC_HOPPER_FORWARD_INSTANTIATE_STAGES(T, DK)                                                \
+  template void runStages<T, DK, ScalarDecay>(bool, ForwardParams, cudaStream_t);               \
   template void runDiagonalStages<T, DK, false>(ForwardParams, cudaStream_t);                   \
   template void runDiagonalStages<T, DK, true>(ForwardParams, cudaStream_t);                    \
   template bool hasHopperCode<T, DK>();
