@@ -27,9 +27,10 @@
 #     the kernel lab (built in the call while fla warms, or with LAB_PREBUILT=1 the carried
 #     build-cuda/linac_cuda_lab.xz (or .gz), e.g. KEEP_LAB=1's from an earlier call), then its cases
 #     (LAB_ARGS, e.g. "--no-bench --hopper-column-inverse" for an alternative Hopper path) once fla has warmed
-#     with the GPU to itself, then the lab's timings and fla's ops, each with the GPU alone, and the two
-#     side by side (bench/compare.py); LAB_BENCH2_ARGS adds a second timing process under those switches
-#     (e.g. an opt-in path's rows). CASES=0 skips the cases, TIMINGS=0
+#     with the GPU to itself, then the lab's timings and fla's ops (at each of WARM_SHAPES), each with
+#     the GPU alone, and the two side by side (bench/compare.py); LAB_ARGS2 runs the cases again under
+#     other switches (e.g. "--fwd-only --no-bench --hopper-prepared-scores"); LAB_BENCH2_ARGS adds a
+#     second timing process under those switches (e.g. an opt-in path's rows). CASES=0 skips the cases, TIMINGS=0
 #     the timings (a call that builds and checks, then one that times on the still-warm machine);
 #     PROFILE="ROW:REGEX" adds an ncu profile of a timing row's kernels (see lab());
 #     PROFILE_SOURCE="ROW:REGEX" samples one kernel's stalls per SASS instruction.
@@ -287,6 +288,15 @@ lab() {
       bash tests/runtime/cuda/run_lab.sh ${LAB_ARGS:---fwd-only --no-bench} >> "$OUT/lab.log" 2>&1
     echo "lab rc=$? ($((SECONDS - start)) s)"
     grep -E "FAIL|error|ALL PASS" "$OUT/lab.log" | head -30
+    if [ -n "${LAB_ARGS2:-}" ]; then  # the cases again under other switches (an opt-in path pinned)
+      echo "== lab cases with $LAB_ARGS2" >> "$OUT/lab.log"
+      # shellcheck disable=SC2086
+      LAB_PREBUILT=1 SANITIZE=0 OUT=/tmp/linac-lab2 timeout 300 bash tests/runtime/cuda/run_lab.sh $LAB_ARGS2 \
+        > /tmp/lab2.log 2>&1
+      echo "lab ($LAB_ARGS2) rc=$? ($((SECONDS - start)) s)"
+      grep -E "FAIL|error|ALL PASS" /tmp/lab2.log | head -20
+      cat /tmp/lab2.log >> "$OUT/lab.log"
+    fi
     # the sanitizers' own log (its failing lines, when a check fails under them)
     [ "${SANITIZE:-0}" = 1 ] && cp /tmp/linac-lab/sanitizer.log "$OUT/" 2>/dev/null
   fi
@@ -329,9 +339,12 @@ lab() {
   sed -n '/^kind/,$p' "$OUT/lab_bench.log"
   [ "$fla_warmed" = 1 ] || { lab_bench2; return 0; }
   : > "$OUT/fla_bench.jsonl"
-  for c in $FLA_OPS; do
-    TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" "${BYPASS[@]}" \
-      >> "$OUT/fla_bench.jsonl" 2>> /tmp/fla_bench.err || echo "fla op $c failed or timed out"
+  local sh
+  for sh in $WARM_SHAPES; do  # the shapes fla warmed (default BENCH_SHAPES, S* alone)
+    for c in $FLA_OPS; do
+      TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only "$c" --shape "$sh" \
+        "${BYPASS[@]}" >> "$OUT/fla_bench.jsonl" 2>> /tmp/fla_bench.err || echo "fla op $c at $sh failed or timed out"
+    done
   done
   if [ -n "$FLA_WIDE_SHAPE" ]; then  # beside the lab's 'GDN 340m heads' rows
     TRITON_CACHE_DIR=$target PYTHONPATH=.fla/site phase 60 python3 bench/fla_bench.py --only gated_deltanet \
