@@ -7,7 +7,8 @@ usage: python3 bench/lab_rows.py LAB_BENCH_LOG --commit SHA [--gpu NAME] [--env 
 --env names the opt-in switches the lab ran with (its --hopper-* flags); they go into the default
 dispatch's backend label. The rows "GDN 340m heads" and "GLA 340m heads" are Gated DeltaNet and GLA
 at their 340m presets' heads (B4 T4096 H4; dk 256 x dv 512 and dk 128 x dv 256; rows carry dk and
-dv where they differ); the backward rows whose kind ends in " T16384" are at B2 T16384 H4 D128.
+dv where they differ); the backward rows whose kind ends in " T16384" are at B2 T16384 H4 D128, those
+ending in " D256" at B8 T4096 H8 D256.
 """
 import argparse
 import json
@@ -34,13 +35,24 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
 # diagonal decay's only in session 27's logs, before the key blocks became its one path)
 ALT_BACKENDS = {"delta": "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)",
                 "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)"}
-NAME_WIDTH = 30  # lab.cu prints a row's name left-aligned in 30 columns
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
 WIDE_ROWS = {"GDN": ("delta-scalar", dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)),
              "GLA": ("additive-diag", dict(B=4, T=4096, H=4, D=128, dk=128, dv=256))}
-LONG_SUFFIX = " T16384"  # a backward row at issue 11's long shape with few heads
-LONG_SHAPE = dict(B=2, T=16384, H=4, D=128)
+# backward rows at issue 11's other shapes: long with few heads, wide heads
+SUFFIX_SHAPES = {" T16384": dict(B=2, T=16384, H=4, D=128), " D256": dict(B=8, T=4096, H=8, D=256)}
 SOURCE = "linac_cuda_lab --bench-only (cudaEvent median of 30 after 5 warm-ups; backward median of 20 after 3)"
+
+
+def split_row(line):
+    """A timing row's name (variant, then kind and any shape suffix) and its values: the values
+    start at the first token past the kind that is a number, '-', a ratio ('1.23x') or a shape
+    ('8,4096,8,128'); lab.cu pads names to 30 columns, and a longer name runs on past them."""
+    tokens = line.split()
+    for i in range(2, len(tokens)):
+        t = tokens[i]
+        if t == "-" or "," in t or re.fullmatch(r"[0-9.]+x?", t):
+            return [tokens[0], " ".join(tokens[1:i])], tokens[i:]
+    return tokens[:1], []
 
 
 def rows(lines, commit, gpu, env=""):
@@ -62,18 +74,17 @@ def rows(lines, commit, gpu, env=""):
             continue
         if header is None or not line.strip() or line.startswith("("):
             continue
-        name = line[:NAME_WIDTH].split(maxsplit=1)
-        parts = line[NAME_WIDTH:].split()
+        name, parts = split_row(line)
         if len(name) < 2 or name[0] not in VARIANTS or len(parts) < 2:
             continue
         wide = name[1].strip() == WIDE_HEADS
-        long = backward and name[1].strip().endswith(LONG_SUFFIX)
-        kind = WIDE_ROWS[name[0]][0] if wide else name[1].strip().removesuffix(LONG_SUFFIX)
+        suffix = next((x for x in SUFFIX_SHAPES if backward and name[1].strip().endswith(x)), None)
+        kind = WIDE_ROWS[name[0]][0] if wide else name[1].strip().removesuffix(suffix or "")
         base = {"variant": VARIANTS[name[0]], "kind": kind, "dtype": "bf16", "gpu": gpu,
                 "source": SOURCE, "commit": commit}
         label = lambda backend: default if backend == "linac-default" else backend
         if backward:
-            base.update(WIDE_ROWS[name[0]][1] if wide else LONG_SHAPE if long else dict(B=8, T=4096, H=8, D=128))
+            base.update(WIDE_ROWS[name[0]][1] if wide else SUFFIX_SHAPES[suffix] if suffix else dict(B=8, T=4096, H=8, D=128))
             for column, value in zip(header, parts):
                 if column in BACKWARD_COLUMNS and value != "-":
                     field, backend = BACKWARD_COLUMNS[column]

@@ -80,7 +80,8 @@ def main():
     assert r["attention_layers"] == 1 and r["mfu"] > 0 and r["tokens_per_s"] > 0, r
     assert r["params"] == params, (r, params_line)
     check_compare()
-    print("bench scripts: loss agreement, training summary and the fla table on real tiny runs OK")
+    check_lab_rows()
+    print("bench scripts: loss agreement, training summary, the fla table and the lab's rows OK")
 
 
 def check_compare():
@@ -110,6 +111,33 @@ def check_compare():
     assert "fwd+bwd ratios over 1 variants: 0.50" in tables[1], tables[1]
     gla = next(line for line in tables[2].splitlines() if line.startswith("gla"))
     assert gla.split()[1] == "-" and "ratios" not in tables[2].split("ratio = ")[0], tables[2]
+
+
+def check_lab_rows():
+    """bench/lab_rows.py on timing rows printed with the kernel lab's own formats (lab.cu's bench()
+    and benchBackward(); the lab needs a GPU), names longer than its 30 padded columns included."""
+    fwd = "%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s\n"
+    bwd = "%-30s %10s %10s %10s %10s %10s %10s %8s\n"
+    log = (fwd % ("kind", "B,T,H,D", "default", "column", "overlap", "early", "inline", "prepared", "mma.sync", "fla")
+           + fwd % ("RetNet   additive-fixed", "2,16384,4,128", "0.400", "-", "-", "-", "0.743", "0.401", "1.900", "-")
+           + bwd % ("kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio")
+           + bwd % ("sGLA     additive-scalar T16384", "3.000", "2.000", "-", "1.500", "2.500", "-", "-")
+           + bwd % ("RWKV-6   additive-diag-bonus D256", "9.000", "4.000", "-", "4.000", "5.000", "-", "-")
+           + bwd % ("GDN 340m heads", "6.000", "3.000", "-", "2.500", "3.500", "-", "-"))
+    path = os.path.join(WORK, "lab_bench.log")
+    with open(path, "w") as f:
+        f.write(log)
+    p = script("lab_rows.py", path, "--commit", "test")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    by = {(r["variant"], r["kind"], r["backend"].split(" ")[0], r["T"], r["D"]): r for r in rows}
+    assert by[("retnet", "additive-fixed", "linac-prepared-scores", 16384, 128)]["fwd_ms"] == 0.401, rows
+    assert by[("retnet", "additive-fixed", "linac-inline-scores", 16384, 128)]["fwd_ms"] == 0.743, rows
+    assert by[("mamba2", "additive-scalar", "linac-default", 16384, 128)]["fwdbwd_ms"] == 2.5, rows
+    wide = by[("rwkv6", "additive-diag-bonus", "linac-default", 4096, 256)]
+    assert wide["B"] == 8 and wide["H"] == 8, wide
+    gdn = by[("gated_deltanet", "delta-scalar", "linac-default", 4096, 256)]
+    assert gdn["dv"] == 512 and gdn["B"] == 4, gdn
 
 
 if __name__ == "__main__":

@@ -967,11 +967,20 @@ void benchBackward() {
   // Issue 11's long shape with few heads, B2 T16384 H4 D128: 8 sequences x heads, where the delta
   // rule's fused reverse pass has 8 CTAs and the staged pair 32 per state pass
   const Row longRows[] = {
+      {"RetNet   additive-fixed T16384", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.0, false},
+      {"sGLA     additive-scalar T16384", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.0, true},
       {"DeltaNet delta-none T16384", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.0, false},
       {"GDN      delta-scalar T16384", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true},
       {"GLA      additive-diag T16384", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true}};
   for (const auto& r : longRows)
     if (benchRow(r.name)) timeRow(r, 2, 16384, 4, 128, 128);
+  // Issue 11's wide heads, B8 T4096 H8 D256, for the diagonal decay
+  const Row wideRows[] = {
+      {"GLA      additive-diag D256", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true},
+      {"RWKV-6   additive-diag-bonus D256",
+       {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus, true}, 0.0, true}};
+  for (const auto& r : wideRows)
+    if (benchRow(r.name)) timeRow(r, 8, 4096, 8, 256, 256);
 }
 }  // namespace
 
