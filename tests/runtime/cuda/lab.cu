@@ -11,7 +11,7 @@
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
-//                       [--hopper-auto]
+//                       [--hopper-diag-k256] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -43,6 +43,8 @@
 //   --hopper-prepared-scores  the additive rule's decays none / fixed / scalar take the chunk
 //                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1)
 //                 instead of the state stage; the forward timings show both beside the default
+//   --hopper-diag-k256  the diagonal decay's forward at dk 256 takes the Hopper stages
+//                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -1002,6 +1004,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-prepared-scores")) setenv("LINAC_HOPPER_PREPARED_SCORES", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-diag-k256")) setenv("LINAC_HOPPER_DIAG_K256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
                                "LINAC_HOPPER_PREPARED_SCORES"})
@@ -1043,7 +1046,8 @@ int main(int argc, char** argv) {
       runChunkCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64, {0, 70, 150}});
       runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
       // ... the additive rule's scores from their preparation (scores_prepare.cuh), varlen with a
-      // partial chunk, whichever the tuner would pick; the diagonal decay at dk 256
+      // partial chunk, whatever the switch says; the diagonal decay at dk 256 (its Hopper stages
+      // with --hopper-diag-k256)
       withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64,
                       {0, 70, 150}});
@@ -1112,7 +1116,7 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
           }
-      // the diagonal decay at dk 256 (the Hopper stages unless LINAC_HOPPER_WIDE=0): both readouts,
+      // the diagonal decay at dk 256 (the Hopper stages with --hopper-diag-k256): both readouts,
       // varlen with partial chunks, fp16, strong gates
       for (auto ro : readouts) {
         const RecurrenceKind dk256{DecayClass::Diagonal, UpdateRule::Additive, ro};

@@ -73,6 +73,10 @@ bool diagonalEnabled() { return envSwitch("LINAC_HOPPER_DIAG", true); }
 /// Key dim 256 and value dims above 256, on unless LINAC_HOPPER_WIDE=0 (for A/B runs).
 bool wideEnabled() { return envSwitch("LINAC_HOPPER_WIDE", true); }
 
+/// The diagonal decay at key dim 256: opt-in (LINAC_HOPPER_DIAG_K256=1) until its stages have run
+/// on a GPU (written in session 33 without one); else the mma.sync kernels take it.
+bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", false); }
+
 }  // namespace
 
 bool blockInverseEnabled() { return envSwitch("LINAC_HOPPER_BLOCK_INVERSE", true); }
@@ -87,6 +91,7 @@ bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceS
   const bool wide = s.key_dim == 256 || s.value_dim > 256;
   if (wide && !wideEnabled()) return false;
   if (s.key_dim != 64 && s.key_dim != 128 && s.key_dim != 256) return false;
+  if (s.key_dim == 256 && kind.decay == DecayClass::Diagonal && !diagonalWideKeysEnabled()) return false;
   if (s.value_dim % kValueBlock != 0) return false;
   if (kind.update == UpdateRule::Delta && s.value_dim != 64 && s.value_dim != 128 &&
       s.value_dim != 256 && s.value_dim != 512)
@@ -137,14 +142,15 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   const std::string shapeClass = recurrenceShapeClass(kind, dtype, s, num_seqs);
   if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
     // The chunk scores formed on the state stage's serial chain, or by a chunk-parallel stage
-    // first (scores_prepare.cuh), timed per shape class (autotune.h). The fallback prepares them
-    // where the state stage's grid (value blocks of 32 x heads x sequences) leaves SMs idle: there
-    // the chain is the forward's time (RetNet at B2 T16384 H4 D128: 3.3x its B8 T4096 H8 time for
-    // the same tokens, session 32). LINAC_HOPPER_PREPARED_SCORES =1 / =0 pins either.
+    // first (scores_prepare.cuh), with LINAC_HOPPER_PREPARED_SCORES=auto timed per shape class
+    // (autotune.h), its fallback preparing them where the state stage's grid (value blocks of 32 x
+    // heads x sequences) leaves SMs idle: there the chain is the forward's time (RetNet at B2
+    // T16384 H4 D128: 3.3x its B8 T4096 H8 time for the same tokens, session 32). =1 / =0 pins
+    // either; unset is =0 until the preparation has run on a GPU (written in session 33 without one).
     const int64_t narrowCtas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
     const bool preparedFallback = narrowCtas < multiprocessorCount();
     std::vector<TuneCandidate> candidates;  // the first is the fallback
-    for (const bool prepared : values(envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Auto), preparedFallback))
+    for (const bool prepared : values(envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Off), preparedFallback))
       candidates.push_back({prepared ? "prepared" : "inline", [&run, prepared] { run(false, false, prepared); }});
     const size_t pick = chooseCandidate("forward.additive_scores", shapeClass, candidates, 0, stream);
     candidates[pick].launch();

@@ -1,15 +1,17 @@
 // The Hopper (sm_90a) forward: wgmma stages for bf16 / fp16 inputs, dk in {64, 128, 256}, dv a
 // multiple of 64 (64, 128, 256 or 512 for the delta rule): decay none / fixed / scalar with either
 // update rule and the inclusive readout, and the additive rule with a diagonal decay, either
-// readout (GLA, HGRN-2, RWKV-6; LINAC_HOPPER_DIAG=0 sends those back to the mma.sync path). dk 256
-// and dv above 256 (Gated DeltaNet's 340m heads, GLA at D 256) go back with LINAC_HOPPER_WIDE=0.
+// readout (GLA, HGRN-2, RWKV-6; LINAC_HOPPER_DIAG=0 sends those back to the mma.sync path; at dk
+// 256 only with LINAC_HOPPER_DIAG_K256=1, until it has run on a GPU). dk 256 and dv above 256
+// (Gated DeltaNet's 340m heads) go back with LINAC_HOPPER_WIDE=0.
 // chunkForward sends the calls it supports here on an sm_90 device with sm_90a code in the build;
 // LINAC_HOPPER=0 in the environment turns the path off (for A/B timings). The delta rule's state
 // stage keeps single-stage q / w tiles (late loads) at dk 256 always; at dk <= 128 forward() times
 // late and early loads, each in the plain and the overlapped order, per shape class and keeps the
 // fastest (kernels/cuda/autotune.h; LINAC_HOPPER_LATE / LINAC_HOPPER_OVERLAP =1 / =0 pin them).
-// The additive rule's decays none / fixed / scalar take their chunk scores from the state stage or
-// from a chunk-parallel preparation, timed the same way (LINAC_HOPPER_PREPARED_SCORES =1 / =0).
+// The additive rule's decays none / fixed / scalar take their chunk scores from the state stage, or
+// from a chunk-parallel preparation with LINAC_HOPPER_PREPARED_SCORES=1 (=auto: timed the same
+// way; opt-in until it has run on a GPU).
 #pragma once
 
 #include "../../common/recurrence.h"
