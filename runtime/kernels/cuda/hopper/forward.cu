@@ -135,24 +135,25 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     else
       runKeyDim<cutlass::half_t>(kind, q, s.key_dim, stream);
   };
-  auto values = [](Switch sw, bool fallback) {
-    if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
-    return std::vector<bool>{sw == Switch::On};
-  };
-  const std::string shapeClass = recurrenceShapeClass(kind, dtype, s, num_seqs);
   if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
     // The chunk scores formed on the state stage's serial chain, or by a chunk-parallel stage
-    // first (scores_prepare.cuh), with LINAC_HOPPER_PREPARED_SCORES=auto timed per shape class
-    // (autotune.h), its fallback preparing them where the state stage's grid (value blocks of 32 x
+    // first (scores_prepare.cuh); =1 / =0 pins either, unset is =0 until the preparation has run
+    // on a GPU (written in session 33 without one). =auto times the two per shape class
+    // (autotune.h), the fallback preparing them where the state stage's grid (value blocks of 32 x
     // heads x sequences) leaves SMs idle: there the chain is the forward's time (RetNet at B2
-    // T16384 H4 D128: 3.3x its B8 T4096 H8 time for the same tokens, session 32). =1 / =0 pins
-    // either; unset is =0 until the preparation has run on a GPU (written in session 33 without one).
+    // T16384 H4 D128: 3.3x its B8 T4096 H8 time for the same tokens, session 32).
+    const Switch prepared = envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Off);
+    if (prepared != Switch::Auto) {
+      run(false, false, prepared == Switch::On);
+      return;
+    }
     const int64_t narrowCtas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
-    const bool preparedFallback = narrowCtas < multiprocessorCount();
+    const bool fallback = narrowCtas < multiprocessorCount();
     std::vector<TuneCandidate> candidates;  // the first is the fallback
-    for (const bool prepared : values(envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Off), preparedFallback))
-      candidates.push_back({prepared ? "prepared" : "inline", [&run, prepared] { run(false, false, prepared); }});
-    const size_t pick = chooseCandidate("forward.additive_scores", shapeClass, candidates, 0, stream);
+    for (const bool on : {fallback, !fallback})
+      candidates.push_back({on ? "prepared" : "inline", [&run, on] { run(false, false, on); }});
+    const size_t pick = chooseCandidate("forward.additive_scores", recurrenceShapeClass(kind, dtype, s, num_seqs),
+                                        candidates, 0, stream);
     candidates[pick].launch();
     return;
   }
@@ -168,12 +169,17 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   const bool lateFallback = kind.decay == DecayClass::Scalar;
   const Switch late = envChoice("LINAC_HOPPER_LATE", Switch::Auto);
   const Switch overlap = envChoice("LINAC_HOPPER_OVERLAP", Switch::Auto);
+  auto values = [](Switch sw, bool fallback) {
+    if (sw == Switch::Auto) return std::vector<bool>{fallback, !fallback};
+    return std::vector<bool>{sw == Switch::On};
+  };
   std::vector<TuneCandidate> candidates;  // the first is the fallback
   for (const bool o : values(overlap, false))
     for (const bool l : values(late, lateFallback))
       candidates.push_back({std::string(l ? "late" : "early") + (o ? "+overlap" : ""),
                             [&run, l, o] { run(l, o); }});
-  const size_t pick = chooseCandidate("forward.delta_state", shapeClass, candidates, 0, stream);
+  const size_t pick = chooseCandidate("forward.delta_state", recurrenceShapeClass(kind, dtype, s, num_seqs),
+                                      candidates, 0, stream);
   candidates[pick].launch();
 }
 
