@@ -52,8 +52,8 @@
 //   --fwd-only    the chunk-forward cases (every kind, dtype and shape) and the forward timings
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --no-fwd      no forward timing rows (the backward's alone, e.g. under ncu)
-//   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"), at the first shape
-//                 (B8 T4096 H8 D128): a short run for a profiler to attach to
+//   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"; "T16384,D256": any of
+//                 several), at the first shape (B8 T4096 H8 D128): a short run for a profiler
 //   --seed N      the random stream's seed (printed on the device line of every run): replays a run
 //   --dump-failing DIR  each backward case with a failing check writes its draw, the float64
 //                 reference and the kernels' gradients to DIR/bwd-<n>.bin (lab_dump.h), for
@@ -793,10 +793,20 @@ void checkAutotune() {
   check("capturing a graph: the fallback", captured == 0 && capturedRuns == 0);
 }
 
-/// The timing rows to run: all, or (--bench-rows TEXT) those whose name contains TEXT, at the
-/// first shape only.
+/// The timing rows to run: all, or (--bench-rows TEXT) those whose name contains TEXT, or one of
+/// TEXT's comma-separated parts, at the first shape only.
 const char* benchRows = nullptr;
-bool benchRow(const char* name) { return benchRows == nullptr || std::strstr(name, benchRows) != nullptr; }
+bool benchRow(const char* name) {
+  if (benchRows == nullptr) return true;
+  const std::string rows = benchRows;
+  for (size_t from = 0; from <= rows.size();) {
+    const size_t comma = std::min(rows.find(',', from), rows.size());
+    const std::string part = rows.substr(from, comma - from);
+    if (!part.empty() && std::strstr(name, part.c_str()) != nullptr) return true;
+    from = comma + 1;
+  }
+  return false;
+}
 
 void bench() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
