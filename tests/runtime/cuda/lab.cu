@@ -986,8 +986,13 @@ void benchBackward() {
       {"GLA      additive-diag T16384", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true}};
   for (const auto& r : longRows)
     if (benchRow(r.name)) timeRow(r, 2, 16384, 4, 128, 128);
-  // Issue 11's wide heads, B8 T4096 H8 D256, for the diagonal decay
+  // Issue 11's wide heads, B8 T4096 H8 D256 (dk = dv = 256: the mma.sync backward for every kind
+  // until a Hopper one covers it)
   const Row wideRows[] = {
+      {"RetNet   additive-fixed D256", {DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, 0.0, false},
+      {"sGLA     additive-scalar D256", {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, 0.0, true},
+      {"DeltaNet delta-none D256", {DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, 0.0, false},
+      {"GDN      delta-scalar D256", {DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, 0.0, true},
       {"GLA      additive-diag D256", {DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, 0.0, true},
       {"RWKV-6   additive-diag-bonus D256",
        {DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus, true}, 0.0, true}};
