@@ -11,7 +11,7 @@
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
-//                       [--hopper-diag-k256] [--hopper-auto]
+//                       [--hopper-diag-k256] [--hopper-wide-bwd-v256] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -45,6 +45,8 @@
 //                 instead of the state stage; the forward timings show both beside the default
 //   --hopper-diag-k256  the diagonal decay's forward at dk 256 takes the Hopper stages
 //                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
+//   --hopper-wide-bwd-v256  the delta rule's backward at dk = dv = 256 takes the wide Hopper
+//                 stages (LINAC_HOPPER_WIDE_BWD_V256=1; opt-in until they have run on a GPU)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -1020,6 +1022,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-prepared-scores")) setenv("LINAC_HOPPER_PREPARED_SCORES", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-k256")) setenv("LINAC_HOPPER_DIAG_K256", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-wide-bwd-v256")) setenv("LINAC_HOPPER_WIDE_BWD_V256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
                                "LINAC_HOPPER_PREPARED_SCORES"})
@@ -1107,6 +1110,9 @@ int main(int argc, char** argv) {
         // the delta rule at dk 256, dv 512 (the wide Hopper backward unless LINAC_HOPPER_WIDE_BWD=0):
         // varlen with a partial chunk, so the sanitizers see its key and value blocks
         runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 512,
+                    {0, 30, 70}});
+        // and at dk = dv = 256 (the wide stages with --hopper-wide-bwd-v256, else mma.sync)
+        runBwdCase({{DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256,
                     {0, 30, 70}});
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
@@ -1253,6 +1259,11 @@ int main(int argc, char** argv) {
           Case c{dn, DType::BF16, 2, 130, 1, 256, 512, {}};
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
+          // dk = dv = 256 (issue 11's D256 shape; the wide stages with --hopper-wide-bwd-v256)
+          runBwdCase({dn, DType::BF16, 1, 300, 1, 256, 256, {0, 1, 64, 129, 200, 300}});
+          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 256, {}, 1.0, -1e30, false});
+          Case w{dn, DType::BF16, 2, 130, 1, 256, 256, {}};
+          w.gmul = 10; w.gclamp = -20; runBwdCase(w);
         }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});

@@ -2,7 +2,8 @@
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
-// mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
+// mma.sync kernels; dk = dv = 256 only with LINAC_HOPPER_WIDE_BWD_V256=1 until it has run on a
+// GPU), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
 // stage, called by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends them back to the
 // mma.sync passes, =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
@@ -68,7 +69,8 @@ template <class T>
 void runDeltaDims(DecayClass decay, const RecurrenceShape& s, const DeltaBackwardParams& p,
                   int64_t tokens, int64_t slots, cudaStream_t stream) {
   const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (s.key_dim == 256) runDeltaDecay<T, 256, 512>(decay, p, tokens, slots, stream);
+  if (s.key_dim == 256 && s.value_dim == 512) runDeltaDecay<T, 256, 512>(decay, p, tokens, slots, stream);
+  else if (s.key_dim == 256) runDeltaDecay<T, 256, 256>(decay, p, tokens, slots, stream);
   else if (k64 && v64) runDeltaDecay<T, 64, 64>(decay, p, tokens, slots, stream);
   else if (k64) runDeltaDecay<T, 64, 128>(decay, p, tokens, slots, stream);
   else if (v64) runDeltaDecay<T, 128, 64>(decay, p, tokens, slots, stream);
@@ -147,8 +149,13 @@ void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
   else dims.template operator()<cutlass::half_t>();
 }
 
-/// The delta rule's wide heads (dk 256, dv 512): on unless LINAC_HOPPER_WIDE_BWD=0.
-bool wideDeltaBackwardEnabled() { return envSwitch("LINAC_HOPPER_WIDE_BWD", true); }
+/// The delta rule's wide heads: dk 256 with dv 512 (Gated DeltaNet's 340m heads) on unless
+/// LINAC_HOPPER_WIDE_BWD=0; dk = dv = 256 (issue 11's D256 shape) only with
+/// LINAC_HOPPER_WIDE_BWD_V256=1, until it has run on a GPU.
+bool wideDeltaBackwardEnabled(const RecurrenceShape& s) {
+  if (s.key_dim != 256 || !envSwitch("LINAC_HOPPER_WIDE_BWD", true)) return false;
+  return s.value_dim == 512 || (s.value_dim == 256 && envSwitch("LINAC_HOPPER_WIDE_BWD_V256", false));
+}
 
 /// The diagonal decay's Hopper stages: the default for both readouts (GLA, HGRN-2, RWKV-6); off
 /// with LINAC_HOPPER_DIAG_BWD=0 or LINAC_HOPPER_BWD=0 (as every Hopper backward).
@@ -257,8 +264,7 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
   }
   if (kind.decay == DecayClass::Fixed && a.d_g != nullptr) return false;  // a per-head total
   const bool narrow = (s.key_dim == 64 || s.key_dim == 128) && (s.value_dim == 64 || s.value_dim == 128);
-  const bool wideDelta = kind.update == UpdateRule::Delta && s.key_dim == 256 && s.value_dim == 512 &&
-                         wideDeltaBackwardEnabled();
+  const bool wideDelta = kind.update == UpdateRule::Delta && wideDeltaBackwardEnabled(s);
   if (!narrow && !wideDelta) return false;
   if (!tensorMapAligned({a.fwd.q, a.fwd.k, a.fwd.v, a.d_o})) return false;
   RecurrenceKind forwardKind = kind;  // the same device and build checks as the forward
