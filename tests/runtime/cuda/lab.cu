@@ -11,7 +11,8 @@
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
-//                       [--hopper-diag-k256] [--hopper-wide-bwd-v256] [--hopper-auto]
+//                       [--hopper-diag-k256] [--hopper-wide-bwd-v256] [--hopper-additive-k256]
+//                       [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -47,6 +48,8 @@
 //                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
 //   --hopper-wide-bwd-v256  the delta rule's backward at dk = dv = 256 takes the wide Hopper
 //                 stages (LINAC_HOPPER_WIDE_BWD_V256=1; opt-in until they have run on a GPU)
+//   --hopper-additive-k256  the additive rule's backward at dk 256 (decay none / fixed / scalar)
+//                 takes the key and value stages (LINAC_HOPPER_ADDITIVE_K256=1; opt-in until run)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -1023,6 +1026,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-prepared-scores")) setenv("LINAC_HOPPER_PREPARED_SCORES", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-diag-k256")) setenv("LINAC_HOPPER_DIAG_K256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd-v256")) setenv("LINAC_HOPPER_WIDE_BWD_V256", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-additive-k256")) setenv("LINAC_HOPPER_ADDITIVE_K256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
                                "LINAC_HOPPER_PREPARED_SCORES"})
@@ -1114,6 +1118,10 @@ int main(int argc, char** argv) {
         // and at dk = dv = 256 (the wide stages with --hopper-wide-bwd-v256, else mma.sync)
         runBwdCase({{DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256,
                     {0, 30, 70}});
+        // the additive rule at dk = dv = 256, scalar decay, varlen with a partial chunk (the key and
+        // value stages with --hopper-additive-k256, else mma.sync)
+        runBwdCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 256,
+                    {0, 70, 150}});
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
     } else {
@@ -1264,6 +1272,18 @@ int main(int argc, char** argv) {
           runBwdCase({dn, DType::F16, 2, 100, 1, 256, 256, {}, 1.0, -1e30, false});
           Case w{dn, DType::BF16, 2, 130, 1, 256, 256, {}};
           w.gmul = 10; w.gclamp = -20; runBwdCase(w);
+        }
+        // the additive rule at dk 256 (the key and value stages with --hopper-additive-k256):
+        // every decay class but the diagonal; varlen with lengths 1, 63, 65, 71, 100; dv 128 and
+        // 512; fp16 without h0 / d_ht; strong gates; null d_q and d_g
+        for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+          const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
+          runBwdCase({ad, DType::BF16, 1, 300, 2, 256, 256, {0, 1, 64, 129, 200, 300}});
+          runBwdCase({ad, DType::BF16, 2, 100, 1, 256, 128, {}});
+          runBwdCase({ad, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, false});
+          Case c{ad, DType::BF16, 2, 130, 1, 256, 256, {}};
+          c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+          c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
         }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});

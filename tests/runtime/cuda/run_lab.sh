@@ -23,6 +23,7 @@ if [ -n "$CUTE" ]; then
           runtime/kernels/cuda/hopper/forward_f16_k128.cu runtime/kernels/cuda/hopper/forward_bf16_k256.cu
           runtime/kernels/cuda/hopper/forward_f16_k256.cu runtime/kernels/cuda/hopper/backward.cu
           runtime/kernels/cuda/hopper/backward_bf16.cu runtime/kernels/cuda/hopper/backward_f16.cu
+          runtime/kernels/cuda/hopper/backward_wide_bf16.cu runtime/kernels/cuda/hopper/backward_wide_f16.cu
           runtime/kernels/cuda/hopper/backward_delta_bf16.cu runtime/kernels/cuda/hopper/backward_delta_f16.cu
           runtime/kernels/cuda/hopper/backward_delta_wide_bf16.cu runtime/kernels/cuda/hopper/backward_delta_wide_f16.cu
           runtime/kernels/cuda/hopper/diag_grad_bf16.cu runtime/kernels/cuda/hopper/diag_grad_f16.cu)
@@ -65,7 +66,7 @@ for f in "${srcs[@]}"; do objs+=("$B/$(basename "$f" .cu).o"); done
 echo "build took $(( $(date +%s) - start )) s"
 cat "$B"/*.ptxas.log | grep -E 'Compiling entry|registers|spill' | paste - - - > "$OUT/ptxas.log"
 grep -E 'spill (stores|loads)' "$OUT/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' | head || true
-for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16 chunk_backward_additive chunk_backward_diagonal_scan chunk_backward_diagonal_dqdk chunk_backward_diagonal_dv chunk_backward_delta_prep chunk_backward_delta_scan chunk_backward_delta_dqdk chunk_backward_delta_wy forward_bf16_k64 forward_bf16_k128 forward_f16_k64 forward_f16_k128 forward_bf16_k256 backward_delta_bf16 backward_delta_wide_bf16 diag_grad_bf16; do
+for o in chunk_forward_f32 chunk_forward_bf16 chunk_forward_f16 chunk_backward_additive chunk_backward_diagonal_scan chunk_backward_diagonal_dqdk chunk_backward_diagonal_dv chunk_backward_delta_prep chunk_backward_delta_scan chunk_backward_delta_dqdk chunk_backward_delta_wy forward_bf16_k64 forward_bf16_k128 forward_f16_k64 forward_f16_k128 forward_bf16_k256 backward_wide_bf16 backward_delta_bf16 backward_delta_wide_bf16 diag_grad_bf16; do
   [ -f "$B/$o.o" ] || continue
   echo "SASS $o: HMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HMMA), HGMMA $(cuobjdump --dump-sass "$B/$o.o" | grep -c HGMMA), LDL/STL $(cuobjdump --dump-sass "$B/$o.o" | grep -cE 'LDL|STL')"
 done | tee "$OUT/sass.log"

@@ -3,7 +3,8 @@
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
 // dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
 // mma.sync kernels; dk = dv = 256 only with LINAC_HOPPER_WIDE_BWD_V256=1 until it has run on a
-// GPU), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
+// GPU), backward_wide_<dtype>.cu (the additive rule at dk 256, with LINAC_HOPPER_ADDITIVE_K256=1
+// until it has run on a GPU), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
 // stage, called by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends them back to the
 // mma.sync passes, =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
@@ -28,6 +29,8 @@ namespace linac::kernels::cuda::hopper {
 
 template <class T, int DK, int DV, class Decay>
 void runBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
+template <class T, int DK, class Decay>
+void runWideBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
 template <class T, int DK, int DV>
@@ -52,7 +55,14 @@ template <class T>
 void runDims(DecayClass decay, const RecurrenceShape& s, const BackwardParams& p, int64_t slots,
              cudaStream_t stream) {
   const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (k64 && v64) runDecay<T, 64, 64>(decay, p, slots, stream);
+  if (s.key_dim == 256) {
+    switch (decay) {
+      case DecayClass::None: runWideBackwardStages<T, 256, NoDecay>(p, slots, stream); break;
+      case DecayClass::Fixed: runWideBackwardStages<T, 256, FixedDecay>(p, slots, stream); break;
+      case DecayClass::Scalar: runWideBackwardStages<T, 256, ScalarDecay>(p, slots, stream); break;
+      case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper backward: diagonal decay");
+    }
+  } else if (k64 && v64) runDecay<T, 64, 64>(decay, p, slots, stream);
   else if (k64) runDecay<T, 64, 128>(decay, p, slots, stream);
   else if (v64) runDecay<T, 128, 64>(decay, p, slots, stream);
   else runDecay<T, 128, 128>(decay, p, slots, stream);
@@ -155,6 +165,14 @@ void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
 bool wideDeltaBackwardEnabled(const RecurrenceShape& s) {
   if (s.key_dim != 256 || !envSwitch("LINAC_HOPPER_WIDE_BWD", true)) return false;
   return s.value_dim == 512 || (s.value_dim == 256 && envSwitch("LINAC_HOPPER_WIDE_BWD_V256", false));
+}
+
+/// The additive rule at dk 256 (issue 11's D256 shape), dv a multiple of 64 up to 512: the key and
+/// value stages (chunk_grad_keys.cuh) only with LINAC_HOPPER_ADDITIVE_K256=1, until they have run
+/// on a GPU.
+bool wideAdditiveBackwardEnabled(const RecurrenceShape& s) {
+  return s.key_dim == 256 && s.value_dim % kGradValueBlock == 0 && s.value_dim <= 512 &&
+         envSwitch("LINAC_HOPPER_ADDITIVE_K256", false);
 }
 
 /// The diagonal decay's Hopper stages: the default for both readouts (GLA, HGRN-2, RWKV-6); off
@@ -265,7 +283,8 @@ bool backwardSupported(const RecurrenceKind& kind, DType dtype, const Recurrence
   if (kind.decay == DecayClass::Fixed && a.d_g != nullptr) return false;  // a per-head total
   const bool narrow = (s.key_dim == 64 || s.key_dim == 128) && (s.value_dim == 64 || s.value_dim == 128);
   const bool wideDelta = kind.update == UpdateRule::Delta && wideDeltaBackwardEnabled(s);
-  if (!narrow && !wideDelta) return false;
+  const bool wideAdditive = kind.update == UpdateRule::Additive && wideAdditiveBackwardEnabled(s);
+  if (!narrow && !wideDelta && !wideAdditive) return false;
   if (!tensorMapAligned({a.fwd.q, a.fwd.k, a.fwd.v, a.d_o})) return false;
   RecurrenceKind forwardKind = kind;  // the same device and build checks as the forward
   return forwardSupported(forwardKind, dtype, s);
@@ -300,6 +319,7 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.chunks_per_seq = (s.seq_len + kChunk - 1) / kChunk;
   p.num_seqs = int(num_seqs);
   p.heads = int(s.heads);
+  p.key_dim = int(s.key_dim);
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
   if (dtype == DType::BF16) runDims<cutlass::bfloat16_t>(kind.decay, s, p, slots, stream);

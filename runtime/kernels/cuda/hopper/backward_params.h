@@ -1,4 +1,5 @@
-// Arguments of the Hopper backward stages for the additive rule (state_scan.cuh, chunk_grad.cuh).
+// Arguments of the Hopper backward stages for the additive rule (state_scan.cuh, chunk_grad.cuh,
+// and at dk 256 chunk_grad_keys.cuh, chunk_grad_values.cuh).
 // Tensors are contiguous [B, T, H, D] as in the forward (forward_params.h); chunk slots map chunks
 // of every sequence to workspace rows (chunk_slots.cuh).
 #pragma once
@@ -6,6 +7,10 @@
 #include <cstdint>
 
 namespace linac::kernels::cuda::hopper {
+
+// The additive rule's gradient at dk 256 (chunk_grad_keys.cuh, chunk_grad_values.cuh):
+constexpr int kGradKeyBlock = 128;   // key channels per CTA of the key stage
+constexpr int kGradValueBlock = 64;  // value columns per pipeline stage (key stage) and per CTA (value stage)
 
 struct BackwardParams {
   const void* q;          // [B, T, H, dk]
@@ -21,12 +26,15 @@ struct BackwardParams {
   void* dk;               // [B, T, H, dk] or null
   void* dv;               // [B, T, H, dv] or null
   float* dg;              // Scalar [B, T, H] or null
+  float* dg_part;         // [dk / 128, B * T, H]: the key blocks' shares of dg (chunk_grad_keys.cuh), or null
+  int64_t dg_plane;       // elements per dg_part plane (B * T * H)
   float* dh0;             // [N, H, dk, dv] or null
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;        // T
   int64_t chunks_per_seq; // ceil(T / C) (padded batches)
   int num_seqs;           // N
   int heads;              // H
+  int key_dim;            // dk
   int value_dim;          // dv
   float scale;
 };
