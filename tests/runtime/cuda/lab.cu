@@ -44,7 +44,7 @@
 //   --hopper-prepared-scores  the additive rule's decays none / fixed / scalar take the chunk
 //                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1)
 //                 instead of the state stage; the forward timings show both beside the default
-//   --hopper-diag-k256  the diagonal decay's forward at dk 256 takes the Hopper stages
+//   --hopper-diag-k256  the diagonal decay at dk 256 takes the Hopper stages, forward and backward
 //                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
 //   --hopper-wide-bwd-v256  the delta rule's backward at dk = dv = 256 takes the wide Hopper
 //                 stages (LINAC_HOPPER_WIDE_BWD_V256=1; opt-in until they have run on a GPU)
@@ -1122,6 +1122,10 @@ int main(int argc, char** argv) {
         // value stages with --hopper-additive-k256, else mma.sync)
         runBwdCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 256,
                     {0, 70, 150}});
+        // the diagonal decay at dk 256, varlen with a partial chunk (its Hopper backward with
+        // --hopper-diag-k256, else the mma.sync passes)
+        runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 128,
+                    {0, 70, 150}});
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
       }
     } else {
@@ -1284,6 +1288,19 @@ int main(int argc, char** argv) {
           Case c{ad, DType::BF16, 2, 130, 1, 256, 256, {}};
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
+        }
+        // the diagonal decay at dk 256 (its Hopper backward with --hopper-diag-k256): the inclusive
+        // readout in value blocks (dv 256), varlen; fp16; strong gates; RWKV-6's readout and
+        // decay (two 16-bit halves) at dv 128
+        {
+          const RecurrenceKind gla{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive};
+          runBwdCase({gla, DType::BF16, 1, 300, 2, 256, 256, {0, 1, 64, 129, 200, 300}});
+          runBwdCase({gla, DType::F16, 2, 100, 1, 256, 128, {}});
+          Case sg{gla, DType::BF16, 2, 130, 1, 256, 128, {}};
+          sg.gmul = 10; sg.gclamp = -20; runBwdCase(sg);
+          Case rw{{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus, true}, DType::BF16, 2, 130, 1,
+                  256, 128, {}};
+          rw.wsigma = 1.5; runBwdCase(rw);
         }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});

@@ -144,13 +144,14 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
 }
 
 /// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk in {64,
-/// 128}; DV the value tile: 64, or 128 for dv 128 and the value blocks above it, as
+/// 128, 256}; DV the value tile: 64, or 128 for dv 128 and the value blocks above it, as
 /// diagonalGradSupported admits).
 template <class F>
 void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
   auto dims = [&]<class T>() {
     const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-    if (k64 && v64) f.template operator()<T, 64, 64>();
+    if (s.key_dim == 256) f.template operator()<T, 256, 128>();
+    else if (k64 && v64) f.template operator()<T, 64, 64>();
     else if (k64) f.template operator()<T, 64, 128>();
     else if (v64) f.template operator()<T, 128, 64>();
     else f.template operator()<T, 128, 128>();
@@ -214,7 +215,9 @@ bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const Recurr
   const bool oneTile = s.value_dim == 64 || s.value_dim == kDiagValueTile;
   const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
                            kind.readout == Readout::Inclusive && diagonalValueBlocksEnabled();
-  if ((s.key_dim != 64 && s.key_dim != 128) || (!oneTile && !valueBlocks)) return false;
+  // dk 256 (value tiles of 128 only) with LINAC_HOPPER_DIAG_K256=1, the forward's switch
+  const bool wideKeys = s.key_dim == 256 && s.value_dim % kDiagValueTile == 0 && diagonalWideKeysEnabled();
+  if ((s.key_dim != 64 && s.key_dim != 128 && !wideKeys) || (!oneTile && !valueBlocks)) return false;
   // the same device and build checks as the forward (an additive rule without decay takes the
   // Hopper forward at these dims wherever the device and the build allow it)
   const RecurrenceKind plain{DecayClass::None, UpdateRule::Additive, Readout::Inclusive};

@@ -1,6 +1,6 @@
 // Hopper backward of the additive rule with a DIAGONAL decay (GLA, HGRN-2, RWKV-6), the state
 // passes: chunk_backward_diagonal.cu's pass 1 (chunk_backward_diagonal_scan.cu) on wgmma, for
-// 16-bit inputs at dk in {64, 128}.
+// 16-bit inputs at dk in {64, 128, 256}.
 // It writes the workspaces the gradient stage (diag_key_grad.cuh, diag_value_grad.cuh) reads, one
 // row per chunk slot, in the input dtype (that stage rounds them to it as wgmma operands anyway;
 // half the bytes of fp32 both ways):
@@ -16,11 +16,11 @@
 // One CTA (one warpgroup) per (block of BV value columns, head, sequence x direction), both
 // directions in one launch. The state is the wgmma accumulator [DK, BV] in fp32. Per chunk: X (k
 // or q) and Y (v or d_o) arrive one chunk ahead, the log-decays g once this chunk's are used (one
-// stage: two CTAs fit an SM), each group by tensor-map copies (tma.cuh) on its mbarrier (rows
-// past a packed sequence's end zeroed after the copy); a thread per (channel, token range) sums its
-// channel's g, forms the per-token factors and scales X in place (the 16-bit A operand, read
-// through its transposed view); the state rows are scaled by e^B and the product X^T Y
-// accumulates on the tensor cores.
+// stage: two CTAs fit an SM at dk <= 128), each group by tensor-map copies (tma.cuh) on its
+// mbarrier (rows past a packed sequence's end zeroed after the copy); a thread per (channel, token
+// range) -- at dk 256 a thread per two channels, every token -- sums its channel's g, forms the
+// per-token factors and scales X in place (the 16-bit A operand, read through its transposed
+// view); the state rows are scaled by e^B and the product X^T Y accumulates on the tensor cores.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -41,9 +41,11 @@ struct DiagStateScanTiles {
   using Xt = typename Base::Xt;
   using Y = typename Base::Y;              // v or d_o (v, t), two stages
   using Mma = typename Base::Mma;          // [DK, BV] += X^T Y
-  static constexpr int kParts = kWarpgroupThreads / DK;  // threads per channel
-  static constexpr int kSpan = C / kParts;                // tokens per thread
-  static_assert(kParts * DK == kWarpgroupThreads && kParts * kSpan == C, "a channel per thread group");
+  static constexpr int kChannels = DK > kWarpgroupThreads ? DK / kWarpgroupThreads : 1;  // per thread
+  static constexpr int kParts = kWarpgroupThreads * kChannels / DK;  // threads per channel
+  static constexpr int kSpan = C / kParts;                            // tokens per thread
+  static_assert(kParts * DK == kWarpgroupThreads * kChannels && kParts * kSpan == C,
+                "whole channels per thread, or a channel per thread group");
 
   // Tensor maps (tma.cuh), by direction: x (k, q) as (DK, 1, C, 1) boxes, y (v, d_o) as (BV, 1,
   // C, 1), g as whole (DK, 1, C, 1) fp32 rows, each of [sequences, tokens, H, width].
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     diagStateScanKernel(const DiagGradParams p, const __grid_constant__ typename DiagStateScanTiles<T, DK, BV>::Maps maps) {
   using Tiles = DiagStateScanTiles<T, DK, BV>;
   using Mma = typename Tiles::Mma;
-  constexpr int C = Tiles::C, kParts = Tiles::kParts, kSpan = Tiles::kSpan;
+  constexpr int C = Tiles::C, kParts = Tiles::kParts, kSpan = Tiles::kSpan, kChannels = Tiles::kChannels;
   extern __shared__ __align__(16) uint8_t smemRaw[];
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
@@ -127,8 +129,8 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     loadDecays(chunkOf(0));
   }
 
-  // This thread's channel and token range [t0, t0 + kSpan).
-  const int ch = tid % DK, part = tid / DK, t0 = part * kSpan;
+  // This thread's channels (tid + j * 128, j < kChannels) and token range [t0, t0 + kSpan).
+  const int part = kChannels > 1 ? 0 : tid / DK, t0 = part * kSpan;
   const float scale = p.scale;
   for (int i = 0; i < numChunks; ++i) {
     const int stage = i & 1, c = chunkOf(i), rows = rowsOf(c);
@@ -150,60 +152,64 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
       *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(acc(e), acc(e + 1));
     });
 
-    const float* g = sm.g + t0 * DK + ch;  // this channel's g_{t0 + j} at g[j * DK]
-    float before = 0.f, after = 0.f;  // the other ranges' sums before / after this one
-    if constexpr (kParts > 1) {
-      float total = 0.f;
-      for (int j = 0; j < kSpan; ++j) total += g[j * DK];
-      sm.part[part][ch] = total;
-      __syncthreads();
-      CUTE_UNROLL
-      for (int q = 0; q < kParts; ++q) {
-        if (q < part) before += sm.part[q][ch];
-        if (q > part) after += sm.part[q][ch];
+    CUTE_UNROLL
+    for (int cj = 0; cj < kChannels; ++cj) {
+      const int ch = kChannels > 1 ? tid + cj * kWarpgroupThreads : tid % DK;
+      const float* g = sm.g + t0 * DK + ch;  // this channel's g_{t0 + j} at g[j * DK]
+      float before = 0.f, after = 0.f;  // the other ranges' sums before / after this one
+      if constexpr (kParts > 1) {
+        float total = 0.f;
+        for (int j = 0; j < kSpan; ++j) total += g[j * DK];
+        sm.part[part][ch] = total;
+        __syncthreads();
+        CUTE_UNROLL
+        for (int q = 0; q < kParts; ++q) {
+          if (q < part) before += sm.part[q][ch];
+          if (q > part) after += sm.part[q][ch];
+        }
       }
-    }
-    // X[t][ch] *= e^{B - b_t} (forward: a suffix sum, walked down) or scale e^{bq_t} (reverse: a
-    // prefix sum, walked up), kBatch tokens at a time: their loads issued together before any of
-    // their stores (the shared-memory accesses are ordered asm, so a load after the previous
-    // token's store would wait a round trip each)
-    constexpr int kBatch = 8;
-    static_assert(kSpan % kBatch == 0, "whole batches of tokens");
-    uint16_t xs[kBatch];
-    float gs[kBatch];
-    if (!reverse) {
-      float run = after;  // sum_{u > t} g_u
+      // X[t][ch] *= e^{B - b_t} (forward: a suffix sum, walked down) or scale e^{bq_t} (reverse: a
+      // prefix sum, walked up), kBatch tokens at a time: their loads issued together before any of
+      // their stores (the shared-memory accesses are ordered asm, so a load after the previous
+      // token's store would wait a round trip each)
+      constexpr int kBatch = 8;
+      static_assert(kSpan % kBatch == 0, "whole batches of tokens");
+      uint16_t xs[kBatch];
+      float gs[kBatch];
+      if (!reverse) {
+        float run = after;  // sum_{u > t} g_u
 #pragma unroll 1
-      for (int j0 = kSpan - kBatch; j0 >= 0; j0 -= kBatch) {
-        CUTE_UNROLL
-        for (int j = 0; j < kBatch; ++j) {
-          xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
-          gs[j] = g[(j0 + j) * DK];
+        for (int j0 = kSpan - kBatch; j0 >= 0; j0 -= kBatch) {
+          CUTE_UNROLL
+          for (int j = 0; j < kBatch; ++j) {
+            xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
+            gs[j] = g[(j0 + j) * DK];
+          }
+          CUTE_UNROLL
+          for (int j = kBatch - 1; j >= 0; --j) {
+            sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * expFtz(run)));
+            run += gs[j];
+          }
         }
-        CUTE_UNROLL
-        for (int j = kBatch - 1; j >= 0; --j) {
-          sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * expFtz(run)));
-          run += gs[j];
-        }
-      }
-      if (part == 0) sm.eB[ch] = expFtz(run);
-    } else {
-      float run = before;  // b_t
+        if (part == 0) sm.eB[ch] = expFtz(run);
+      } else {
+        float run = before;  // b_t
 #pragma unroll 1
-      for (int j0 = 0; j0 < kSpan; j0 += kBatch) {
-        CUTE_UNROLL
-        for (int j = 0; j < kBatch; ++j) {
-          xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
-          gs[j] = g[(j0 + j) * DK];
+        for (int j0 = 0; j0 < kSpan; j0 += kBatch) {
+          CUTE_UNROLL
+          for (int j = 0; j < kBatch; ++j) {
+            xs[j] = lds16(tX.at(t0 + j0 + j, ch, stage));
+            gs[j] = g[(j0 + j) * DK];
+          }
+          CUTE_UNROLL
+          for (int j = 0; j < kBatch; ++j) {
+            const float bq = excl ? run : run + gs[j];
+            run += gs[j];
+            sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * (scale * expFtz(bq))));
+          }
         }
-        CUTE_UNROLL
-        for (int j = 0; j < kBatch; ++j) {
-          const float bq = excl ? run : run + gs[j];
-          run += gs[j];
-          sts16(tX.at(t0 + j0 + j, ch, stage), pack1<T>(unpack1<T>(xs[j]) * (scale * expFtz(bq))));
-        }
+        if (part == kParts - 1) sm.eB[ch] = expFtz(run);
       }
-      if (part == kParts - 1) sm.eB[ch] = expFtz(run);
     }
     fenceToAsyncProxy();  // the scaled X for the tensor cores; g's reads before its refill
     __syncthreads();  // the scaled X and e^B for every channel; g is read
@@ -244,11 +250,13 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
 
 /// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it):
 /// value blocks of 64 columns, or of 32 where blocks of 64 would leave multiprocessors without a
-/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32). DV is
-/// the gradient stage's value tile; p.value_dim, a multiple of it, sizes the grid.
+/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32); at
+/// dk 256 of 32 (the [256, 32] accumulator is 64 registers a thread) or 16. DV is the gradient
+/// stage's value tile; p.value_dim, a multiple of it, sizes the grid.
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
-  constexpr int kWide = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock, kNarrow = kWide / 2;
+  constexpr int kBlock = DK > 128 ? kDiagScanValueBlock / 2 : kDiagScanValueBlock;
+  constexpr int kWide = DV < kBlock ? DV : kBlock, kNarrow = kWide / 2;
   const int smCount = multiprocessorCount();
   if (int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs < smCount)
     launchDiagStateScan<T, DK, kNarrow>(p, stream);
@@ -263,4 +271,5 @@ void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   template void runDiagStateScan<T, 64, 64>(const DiagGradParams&, cudaStream_t);  \
   template void runDiagStateScan<T, 64, 128>(const DiagGradParams&, cudaStream_t); \
   template void runDiagStateScan<T, 128, 64>(const DiagGradParams&, cudaStream_t); \
-  template void runDiagStateScan<T, 128, 128>(const DiagGradParams&, cudaStream_t);
+  template void runDiagStateScan<T, 128, 128>(const DiagGradParams&, cudaStream_t); \
+  template void runDiagStateScan<T, 256, 128>(const DiagGradParams&, cudaStream_t);

@@ -136,4 +136,5 @@ void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaSt
   template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);  \
   template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
   template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);
+  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
+  template void runDiagGrad<T, 256, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);

@@ -73,11 +73,9 @@ bool diagonalEnabled() { return envSwitch("LINAC_HOPPER_DIAG", true); }
 /// Key dim 256 and value dims above 256, on unless LINAC_HOPPER_WIDE=0 (for A/B runs).
 bool wideEnabled() { return envSwitch("LINAC_HOPPER_WIDE", true); }
 
-/// The diagonal decay at key dim 256: opt-in (LINAC_HOPPER_DIAG_K256=1) until its stages have run
-/// on a GPU (written in session 33 without one); else the mma.sync kernels take it.
-bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", false); }
-
 }  // namespace
+
+bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", false); }
 
 bool blockInverseEnabled() { return envSwitch("LINAC_HOPPER_BLOCK_INVERSE", true); }
 

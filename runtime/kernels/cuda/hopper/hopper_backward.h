@@ -38,7 +38,8 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& sh
 /// Whether diagonalStateScan() and diagonalGrad() take this call: either readout (neither with
 /// LINAC_HOPPER_DIAG_BWD=0), a Hopper device with the sm_90a code built, 16-bit inputs, dk and dv
 /// in {64, 128}, and the inclusive readout at dv a multiple of 128 (not with LINAC_HOPPER_DIAG_WIDE=0)
-/// (value blocks of 128 columns, their dq / dk / dg summed in fp32).
+/// (value blocks of 128 columns, their dq / dk / dg summed in fp32); dk 256 at dv 128 (either
+/// readout) or in value blocks (inclusive) with LINAC_HOPPER_DIAG_K256=1, until it has run on a GPU.
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when

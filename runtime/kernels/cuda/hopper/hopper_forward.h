@@ -39,6 +39,11 @@ bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceS
 /// column per thread by forward substitution.
 bool blockInverseEnabled();
 
+/// Whether the diagonal decay at key dim 256 takes the Hopper stages, forward and backward:
+/// opt-in (LINAC_HOPPER_DIAG_K256=1) until they have run on a GPU (written in sessions 33-34
+/// without one); else the mma.sync kernels take it.
+bool diagonalWideKeysEnabled();
+
 /// recurrence.h's forward (o, and ht when non-null) on the Hopper stages.
 void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
              const RecurrenceForwardArgs& args, int64_t num_seqs, cudaStream_t stream);
