@@ -1291,7 +1291,7 @@ int main(int argc, char** argv) {
         }
         // the diagonal decay at dk 256 (its Hopper backward with --hopper-diag-k256): the inclusive
         // readout in value blocks (dv 256), varlen; fp16; strong gates; RWKV-6's readout and
-        // decay (two 16-bit halves) at dv 128
+        // decay (two 16-bit halves) at dv 128 and in value blocks
         {
           const RecurrenceKind gla{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive};
           runBwdCase({gla, DType::BF16, 1, 300, 2, 256, 256, {0, 1, 64, 129, 200, 300}});
@@ -1301,6 +1301,9 @@ int main(int argc, char** argv) {
           Case rw{{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus, true}, DType::BF16, 2, 130, 1,
                   256, 128, {}};
           rw.wsigma = 1.5; runBwdCase(rw);
+          // ... and in value blocks (RWKV-6 at D256), varlen
+          Case rv{rw.kind, DType::BF16, 1, 300, 2, 256, 256, {0, 1, 64, 129, 200, 300}};
+          rv.wsigma = 1.5; runBwdCase(rv);
         }
         for (auto dt : dtypes) {
           runScanBwdCase(dt, 2, 333, 200, {});

@@ -213,10 +213,11 @@ int diagonalValueBlocks(const RecurrenceShape& s) {
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32 || !diagonalGradEnabled()) return false;
   const bool oneTile = s.value_dim == 64 || s.value_dim == kDiagValueTile;
-  const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
-                           kind.readout == Readout::Inclusive && diagonalValueBlocksEnabled();
-  // dk 256 (value tiles of 128 only) with LINAC_HOPPER_DIAG_K256=1, the forward's switch
+  // dk 256 (value tiles of 128 only) with LINAC_HOPPER_DIAG_K256=1, the forward's switch; there
+  // the exclusive readout takes value blocks too (not yet at dk <= 128, until it has run on a GPU)
   const bool wideKeys = s.key_dim == 256 && s.value_dim % kDiagValueTile == 0 && diagonalWideKeysEnabled();
+  const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
+                           (kind.readout == Readout::Inclusive || wideKeys) && diagonalValueBlocksEnabled();
   if ((s.key_dim != 64 && s.key_dim != 128 && !wideKeys) || (!oneTile && !valueBlocks)) return false;
   // the same device and build checks as the forward (an additive rule without decay takes the
   // Hopper forward at these dims wherever the device and the build allow it)
@@ -253,6 +254,15 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
     q.dk_part = take(p.dk != nullptr);
     q.dg_part = take(p.dg != nullptr);
     q.part_plane = plane;
+  }
+  // several value blocks of the exclusive readout: each block's d_u partials into a plane, summed
+  const int64_t duPlane = slots * s.heads * s.key_dim;  // [slots, H, dk]
+  const bool duBlocks = blocks > 1 && p.du_part != nullptr;
+  const Workspace duParts(duBlocks ? size_t(blocks) * duPlane * sizeof(float) : 0, stream);
+  if (duBlocks) {  // zeroed: the slots past a packed sequence's chunks are summed too
+    q.du_blocks = reinterpret_cast<float*>(duParts.data());
+    q.du_plane = duPlane;
+    LINAC_CUDA_CHECK(cudaMemsetAsync(q.du_blocks, 0, size_t(blocks) * duPlane * sizeof(float), stream));
   }
   // dv's operands, from the key stage to the value stage (diag_key_grad.cuh): each key block's
   // share of A^T and K e^{B - b}

@@ -116,4 +116,13 @@ __global__ void diagSumValueBlocksKernel(const DiagGradParams p, int blocks) {
   }
 }
 
+/// out = the sum of `blocks` fp32 planes of `plane` elements (the value blocks' d_u partials).
+__global__ inline void diagSumPlanesKernel(const float* parts, float* out, int64_t plane, int blocks) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < plane; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = parts[i];
+    for (int b = 1; b < blocks; ++b) s += parts[b * plane + i];
+    out[i] = s;
+  }
+}
+
 }  // namespace linac::kernels::cuda::hopper

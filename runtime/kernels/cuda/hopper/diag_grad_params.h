@@ -28,6 +28,8 @@ struct DiagGradParams {
   void* dv;               // [B, T, H, dv] or null
   float* dg;              // [B, T, H, dk] or null
   float* du_part;         // [slots, H, dk] d_u partials (exclusive, d_u wanted) or null
+  float* du_blocks;       // value blocks (below): each block's d_u partials, a plane of du_plane
+  int64_t du_plane;       // ([slots, H, dk]) per block, summed into du_part afterwards
   // Value blocks (dv above the stage's tile, diag_key_grad.cuh): each block's dq, dk and dg, fp32, a
   // plane of part_plane elements ([B, T, H, dk]) per block, summed into dq, dk, dg afterwards;
   // null (one block): written directly.

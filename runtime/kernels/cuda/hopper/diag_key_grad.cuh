@@ -58,10 +58,11 @@
 // Shared memory by phase (dv tile 128: 107 KB): q, k, D and b throughout; v, dO, S_c and dS_{c+1}
 // (the block's rows) for D and the inter-chunk products; then Ks, Qs, two Kr_i tiles and e^{g}
 // for the intra-chunk products; then d_g's staging over them; A^T's share beside.
-// Value blocks (dv above the tile DV, the inclusive readout): every term of dq, dk and dg above is
-// a sum over the value columns (D, dO S^T, V dS^T, <S_c, dS_{c+1}>), so a CTA per (chunk slot,
-// head, key block, block of DV columns) computes its block's share, as if the block were the whole
-// value dim, into fp32 planes (dg's scratch rows included), and diagSumValueBlocksKernel adds them;
+// Value blocks (dv above the tile DV; the exclusive readout at dk 256 only, until it has run on a
+// GPU): every term of dq, dk, dg and the d_u partials above is a sum over the value columns (D,
+// dO S^T, V dS^T, <S_c, dS_{c+1}>; the bonus's D[t][t]), so a CTA per (chunk slot, head, key
+// block, block of DV columns) computes its block's share, as if the block were the whole value
+// dim, into fp32 planes (dg's scratch rows included), and diagSumValueBlocksKernel adds them;
 // A^T and K e^{B - b} do not depend on the value block (the first block's CTAs write them).
 #pragma once
 
@@ -574,14 +575,16 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
       reinterpret_cast<float4*>(dst)[i] = *reinterpret_cast<const float4*>(&at[s * kLdAt + t]);
     }
   }
-  if (excl && p.du_part && tid >= KB && tid < 2 * KB) {  // sum_t D[t][t] q_t k_t per channel
+  // sum_t D[t][t] q_t k_t per channel (a value block's share into its plane)
+  float* const du = kValueBlocks ? (p.du_blocks ? p.du_blocks + int64_t(vb) * p.du_plane : nullptr) : p.du_part;
+  if (excl && du && tid >= KB && tid < 2 * KB) {
     const int c = tid - KB;
     float a = 0.f;
     for (int t = 0; t < rows; ++t) {
       const float2 qq = unpack2<T>(lds32(tQ.at(t, c & ~1))), kk = unpack2<T>(lds32(tK.at(t, c & ~1)));
       a += sm.ddiag[t] * ((c & 1) ? qq.y * kk.y : qq.x * kk.x);
     }
-    p.du_part[(slot * H + h) * DK + k0 + c] = a;
+    du[(slot * H + h) * DK + k0 + c] = a;
   }
   if (!wantDg || tid >= KB) return;
 

@@ -119,6 +119,11 @@ void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaSt
     const unsigned grid = unsigned(std::min<int64_t>((quads + kThreads - 1) / kThreads, 65535));
     diagSumValueBlocksKernel<T><<<grid, kThreads, 0, stream>>>(p, valueBlocks);
     LINAC_CUDA_CHECK_LAUNCH("hopper::diagSumValueBlocksKernel");
+    if (p.du_blocks && p.du_part) {
+      const unsigned duGrid = unsigned(std::min<int64_t>((p.du_plane + kThreads - 1) / kThreads, 65535));
+      diagSumPlanesKernel<<<duGrid, kThreads, 0, stream>>>(p.du_blocks, p.du_part, p.du_plane, valueBlocks);
+      LINAC_CUDA_CHECK_LAUNCH("hopper::diagSumPlanesKernel");
+    }
   }
   if (!p.dv) return;
   LINAC_REQUIRE(p.at_part && p.kexp, "hopper diagValueGrad: the key stage's workspaces are missing");
