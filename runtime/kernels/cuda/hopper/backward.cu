@@ -11,6 +11,7 @@
 
 #include "../autotune.h"
 #include "../cuda_check.h"
+#include "../device_info.h"
 #include "../workspace.h"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
@@ -87,6 +88,15 @@ void runDeltaDims(DecayClass decay, const RecurrenceShape& s, const DeltaBackwar
   else runDeltaDecay<T, 128, 128>(decay, p, tokens, slots, stream);
 }
 
+/// Whether the delta rule's state passes take value blocks of 16 columns: where blocks of 32 make
+/// fewer CTAs than the device has SMs (long sequences with few heads), and only with
+/// LINAC_HOPPER_NARROW_STATE=1 until it has run on a GPU (the state passes' time is their serial
+/// chain of chunks, so twice the CTAs should come near half the time there).
+bool narrowDeltaStateEnabled(const RecurrenceShape& s, int64_t num_seqs) {
+  if (!envSwitch("LINAC_HOPPER_NARROW_STATE", false)) return false;
+  return (s.value_dim / kDeltaStateValueBlock) * s.heads * num_seqs < multiprocessorCount();
+}
+
 /// The delta rule (decay none / scalar): every gradient of recurrence.h from the five stages of
 /// delta_backward_stages.cuh.
 void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
@@ -116,6 +126,7 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
   p.block_inverse = blockInverseEnabled();
+  p.narrow_state = narrowDeltaStateEnabled(s, num_seqs);
   const int64_t tokens = s.batch * s.seq_len;
   auto run = [&](bool fusedReverse) {
     DeltaBackwardParams q = p;

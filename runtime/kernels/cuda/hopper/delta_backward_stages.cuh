@@ -21,7 +21,6 @@
 
 namespace linac::kernels::cuda::hopper {
 
-constexpr int kDeltaStateValueBlock = 32;  // value columns per CTA of the state passes
 constexpr size_t kWorkspaceAlign = 256;     // bytes; every workspace array starts aligned
 constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // sm_90's opt-in dynamic shared memory per block
 
@@ -71,7 +70,7 @@ typename DeltaBwdGradTiles<T, DK>::Maps deltaGradMaps(const DeltaBackwardParams&
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream) {
-  constexpr int C = kChunk, BV = kDeltaStateValueBlock;
+  constexpr int C = kChunk;
   const size_t rows = size_t(tokens) * p.heads;  // token-heads
   const bool wantDg = Decay::kClass == DecayClass::Scalar && p.dg != nullptr;
   constexpr bool kFusable = DK <= 128 && DV <= 128;  // the fused pass holds dS in two warpgroups
@@ -109,8 +108,6 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
 
   const dim3 chunkGrid(unsigned(slots), p.heads);
   const dim3 gradGrid(unsigned(slots), p.heads, kKeyBlocks);
-  const dim3 stateGrid(DV / BV, p.heads, p.num_seqs);
-  const DeltaStateMaps maps = deltaStateMaps<T, DK, BV>(p);
   if (slots > 0) {
     auto kernel = deltaBwdPrepareKernel<T, DK, DV, Decay>;
     constexpr size_t bytes = DeltaBwdPrepareTiles<T, DK, DV>::kSmemBytes;
@@ -127,14 +124,29 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     kernel<<<chunkGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdPrepareKernel");
   }
-  {
+  // The state passes walk every chunk of a sequence in order, one CTA per (value block, head,
+  // sequence); where blocks of kDeltaStateValueBlock columns leave multiprocessors idle (long
+  // sequences with few heads: B2 H4 dv 128 is 32 CTAs on 132 SMs), p.narrow_state halves them.
+  auto stateGrid = [&](int bv) { return dim3(unsigned(DV / bv), unsigned(p.heads), unsigned(p.num_seqs)); };
+  auto forwardState = [&]<int BV>() {
     auto kernel = deltaBwdForwardStateKernel<T, DK, BV, Decay>;
     constexpr size_t bytes = DeltaBwdForwardStateTiles<T, DK, BV>::kSmemBytes;
     static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
     setDeltaBwdSmem(kernel, bytes);
-    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
+    kernel<<<stateGrid(BV), kWarpgroupThreads, bytes, stream>>>(p, deltaStateMaps<T, DK, BV>(p));
     LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdForwardStateKernel");
-  }
+  };
+  auto reverseState = [&]<int BV>() {
+    auto kernel = deltaBwdReverseStateKernel<T, DK, BV, Decay>;
+    constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
+    static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
+    setDeltaBwdSmem(kernel, bytes);
+    kernel<<<stateGrid(BV), kWarpgroupThreads, bytes, stream>>>(p, deltaStateMaps<T, DK, BV>(p));
+    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
+  };
+  constexpr int kWide = kDeltaStateValueBlock, kNarrow = kWide / 2;
+  if (p.narrow_state) forwardState.template operator()<kNarrow>();
+  else forwardState.template operator()<kWide>();
   if constexpr (kFusable) {
     if (fused) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
       auto kernel = deltaBwdReverseGradKernel<T, DK, DV, Decay>;
@@ -147,12 +159,8 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
     }
   }
   if (!fused) {  // always: it also writes d_h0 (= d_ht when a sequence has no tokens)
-    auto kernel = deltaBwdReverseStateKernel<T, DK, BV, Decay>;
-    constexpr size_t bytes = DeltaBwdReverseStateTiles<T, DK, BV>::kSmemBytes;
-    static_assert(bytes <= kMaxSmemPerBlock, "the stage's tiles exceed shared memory");
-    setDeltaBwdSmem(kernel, bytes);
-    kernel<<<stateGrid, kWarpgroupThreads, bytes, stream>>>(p, maps);
-    LINAC_CUDA_CHECK_LAUNCH("hopper::deltaBwdReverseStateKernel");
+    if (p.narrow_state) reverseState.template operator()<kNarrow>();
+    else reverseState.template operator()<kWide>();
   }
   if (slots > 0 && !fused) {
     auto grad = deltaBwdGradKernel<T, DK, Decay>;

@@ -10,6 +10,8 @@
 
 namespace linac::kernels::cuda::hopper {
 
+constexpr int kDeltaStateValueBlock = 32;  // value columns per CTA of the state passes (16 narrow)
+
 struct DeltaBackwardParams {
   const void* q;          // [B, T, H, dk]
   const void* k;          // [B, T, H, dk]
@@ -50,6 +52,8 @@ struct DeltaBackwardParams {
                           // per thread
   bool fused_reverse;     // stages 3 and 4 as one reverse pass with dS on chip
                           // (delta_bwd_reverse_grad.cuh; dk, dv <= 128), no dstates workspace
+  bool narrow_state;      // the state passes in value blocks of 16 columns instead of 32 (a
+                          // grid below the SM count; backward.cu says when)
 };
 
 }  // namespace linac::kernels::cuda::hopper
