@@ -79,6 +79,52 @@ struct ChunkGradTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
+/// This thread's part of <A, B> over stage `stage` of two [R, Cc] tiles (16-byte vectors, a
+/// warpgroup's threads striding over them; `wtid` the thread's index in its warpgroup).
+template <class T, int R, int Cc, class Tile>
+__device__ float tileDotPart(const Tile& a, const Tile& b, int stage, int wtid) {
+  float part = 0.f;
+  for (int idx = wtid; idx < R * Cc / 8; idx += kWarpgroupThreads) {
+    const int r = idx / (Cc / 8), c = (idx % (Cc / 8)) * 8;
+    uint4 x = lds128(a.at(r, c, stage)), y = lds128(b.at(r, c, stage));
+    const uint32_t* wx = reinterpret_cast<const uint32_t*>(&x);
+    const uint32_t* wy = reinterpret_cast<const uint32_t*>(&y);
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const float2 u = unpack2<T>(wx[j]), v = unpack2<T>(wy[j]);
+      part += u.x * v.x + u.y * v.y;
+    }
+  }
+  return part;
+}
+
+/// The scalar decay's dg of a chunk (or a key block's share of it) from its terms, called by
+/// every thread of the CTA, with e[t'][s] = D[t'][s] (q_t' . k_s) for s < t' (0 elsewhere), r2 the
+/// row dots q_t . dq_inter_t, r3 = k_s . dk_inter_s and `state` = exp(b_last) <S_c, dS_{c+1}>:
+///   dg_t = state + sum_{t' >= t} r2[t'] + sum_{s < t} r3[s] + sum_{t' >= t} sum_{s < t} e[t'][s]
+/// e's rows become their exclusive prefix sums (threads 0..C-1); thread t < rows returns dg_t.
+template <int C, int kLdE>
+__device__ float chunkDecayGrad(float* e, const float* r2, const float* r3, float state, int rows) {
+  const int t = threadIdx.x;
+  if (t < C) {
+    float* row = &e[t * kLdE];
+    float run = 0.f;
+    for (int s = 0; s < C; ++s) {
+      const float x = row[s];
+      row[s] = run;
+      run += x;
+    }
+  }
+  __syncthreads();
+  float dg = 0.f;
+  if (t < rows) {
+    dg = state;
+    for (int tp = t; tp < C; ++tp) dg += r2[tp] + e[tp * kLdE + t];
+    for (int s = 0; s < t; ++s) dg += r3[s];
+  }
+  return dg;
+}
+
 template <class T, int DK, int DV, class Decay>
 __global__ void __launch_bounds__(kGradThreads, 1)
     chunkGradKernel(const BackwardParams p, const __grid_constant__ typename ChunkGradTiles<T, DK, DV>::Maps maps) {
@@ -157,11 +203,6 @@ __global__ void __launch_bounds__(kGradThreads, 1)
   }
   auto decayAt = [&](int t) { return Decay::kActive ? sm.b[t] : 0.f; };
   const float bLast = decayAt(C - 1);
-  // scale exp(b_t - b_s) where s <= t, else 0
-  auto causal = [&](int t, int s) {
-    return s <= t ? p.scale * (Decay::kActive ? __expf(fminf(decayAt(t) - decayAt(s), 0.f)) : 1.f)
-                  : 0.f;
-  };
 
   // Phase 1: D (warpgroup 0), dk_inter and its row dots (1), A and Q K^T (2).
   using MmaQK = typename Tiles::MmaQK;
@@ -185,9 +226,9 @@ __global__ void __launch_bounds__(kGradThreads, 1)
                thr.partition_fragment_B(tV.tensor()(_, _, 0)), acc);
     commitAndWait(acc);
     forEachPair<MmaOV>(accCoords<C, C>(mma), [&](int i, int t, int s) {
-      const float d0 = acc(i) * causal(t, s), d1 = acc(i + 1) * causal(t, s + 1);
-      sts32(tD.at(t, s), pack2<T>(d0, d1));
-      *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = make_float2(d0, d1);
+      const float2 d = maskedScores<Decay>(acc(i), acc(i + 1), t, s, sm.b, p.scale);
+      sts32(tD.at(t, s), pack2<T>(d.x, d.y));
+      *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = d;
     });
   } else if (wg == 1) {
     waitFor(Tiles::kStateGradient);
@@ -209,7 +250,8 @@ __global__ void __launch_bounds__(kGradThreads, 1)
                thr.partition_fragment_B(tK.tensor()(_, _, 0)), accPm);
     commitAndWait(accPm);
     forEachPair<MmaQK>(cC, [&](int i, int t, int s) {
-      sts32(tA.at(t, s), pack2<T>(accPm(i) * causal(t, s), accPm(i + 1) * causal(t, s + 1)));
+      const float2 a = maskedScores<Decay>(accPm(i), accPm(i + 1), t, s, sm.b, p.scale);
+      sts32(tA.at(t, s), pack2<T>(a.x, a.y));
     });
   }
   fenceToAsyncProxy();
@@ -254,20 +296,9 @@ __global__ void __launch_bounds__(kGradThreads, 1)
         if (s < rows) *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accX(i), accX(i + 1));
       });
     }
-    if (wantDg) {  // <S_c, dS_{c+1}>, 16-byte vectors of both tiles
+    if (wantDg) {  // <S_c, dS_{c+1}>
       barrierWait(&sm.loaded[Tiles::kState], 0);
-      float part = 0.f;
-      for (int idx = wtid; idx < DK * DV / 8; idx += kWarpgroupThreads) {
-        const int d = idx / (DV / 8), v = (idx % (DV / 8)) * 8;
-        uint4 a = lds128(tS.at(d, v)), b = lds128(tDS.at(d, v));
-        const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
-        const uint32_t* wb = reinterpret_cast<const uint32_t*>(&b);
-        CUTE_UNROLL
-        for (int j = 0; j < 4; ++j) {
-          const float2 x = unpack2<T>(wa[j]), y = unpack2<T>(wb[j]);
-          part += x.x * y.x + x.y * y.y;
-        }
-      }
+      float part = tileDotPart<T, DK, DV>(tS, tDS, 0, wtid);
       CUTE_UNROLL
       for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
       if ((wtid & 31) == 0) sm.dot[wtid / 32] = part;
@@ -310,29 +341,12 @@ __global__ void __launch_bounds__(kGradThreads, 1)
   if (!wantDg) return;
   __syncthreads();
 
-  // Phase 3 (scalar decay, dg wanted): row prefix sums of e, then per token t
-  //   dg_t = exp(b_last) <S_c, dS_{c+1}> + sum_{t' >= t} r2[t'] + sum_{s < t} r3[s]
-  //          + sum_{t' >= t} sum_{s < t} e[t'][s].
-  if (tid < C) {  // e[t'][.] <- exclusive prefix sums along s
-    float* row = &sm.e[tid * Tiles::kLdE];
-    float run = 0.f;
-    for (int s = 0; s < C; ++s) {
-      const float x = row[s];
-      row[s] = run;
-      run += x;
-    }
-  }
-  __syncthreads();
-  if (tid < C) {
-    const int t = tid;
-    float dot = 0.f;
-    CUTE_UNROLL
-    for (int w = 0; w < kWarpgroupThreads / 32; ++w) dot += sm.dot[w];
-    float acc = (Decay::kActive ? __expf(bLast) : 1.f) * dot;
-    for (int tp = t; tp < C; ++tp) acc += sm.r2[tp] + sm.e[tp * Tiles::kLdE + t];
-    for (int s = 0; s < t; ++s) acc += sm.r3[s];
-    if (t < rows) p.dg[(tok0 + t) * H + h] = acc;
-  }
+  // Phase 3 (scalar decay, dg wanted): dg from its terms, a thread per token
+  float dot = 0.f;
+  CUTE_UNROLL
+  for (int w = 0; w < kWarpgroupThreads / 32; ++w) dot += sm.dot[w];
+  const float dg = chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, (Decay::kActive ? __expf(bLast) : 1.f) * dot, rows);
+  if (tid < rows) p.dg[(tok0 + tid) * H + h] = dg;
 }
 
 }  // namespace linac::kernels::cuda::hopper

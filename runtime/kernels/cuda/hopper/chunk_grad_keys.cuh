@@ -193,19 +193,7 @@ __global__ void __launch_bounds__(kGradThreads, 1)
                    thr.partition_fragment_B(tK.tensor()(_, _, 0)), accPm);
         commitAndWait(accPm);
       }
-      if (wantDg) {  // 16-byte vectors of both tiles
-        for (int idx = wtid; idx < KB * VB / 8; idx += kWarpgroupThreads) {
-          const int d = idx / (VB / 8), v = (idx % (VB / 8)) * 8;
-          uint4 a = lds128(tS.at(d, v, stage)), b = lds128(tDS.at(d, v, stage));
-          const uint32_t* wa = reinterpret_cast<const uint32_t*>(&a);
-          const uint32_t* wb = reinterpret_cast<const uint32_t*>(&b);
-          CUTE_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const float2 x = unpack2<T>(wa[i]), y = unpack2<T>(wb[i]);
-            dot += x.x * y.x + x.y * y.y;
-          }
-        }
-      }
+      if (wantDg) dot += tileDotPart<T, KB, VB>(tS, tDS, stage, wtid);
     }
     __syncthreads();  // every product is done with the stage
     if (j + Tiles::kStages < valueBlocks) loadBlock(j + Tiles::kStages);
@@ -214,14 +202,11 @@ __global__ void __launch_bounds__(kGradThreads, 1)
   // The block sums' factors: D masked and decayed (wg 0, into tD and e), the inter-chunk rows of
   // dq (0) and dk (1) and their row dots for dg, the state product's warp sums (2).
   auto rowDots = [&](const auto& tile, float* out) { accRowDots<typename Tiles::MmaXS>(cX, accX, tile, 0, out); };
-  auto causal = [&](int t, int s) {
-    return s <= t ? p.scale * (Decay::kActive ? __expf(fminf(decayAt(t) - decayAt(s), 0.f)) : 1.f) : 0.f;
-  };
   if (wg == 0) {
     forEachPair<typename Tiles::MmaOV>(accCoords<C, C>(mmaOV), [&](int i, int t, int s) {
-      const float e0 = accD(i) * causal(t, s), e1 = accD(i + 1) * causal(t, s + 1);
-      sts32(tD.at(t, s), pack2<T>(e0, e1));
-      *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = make_float2(e0, e1);
+      const float2 d = maskedScores<Decay>(accD(i), accD(i + 1), t, s, sm.b, p.scale);
+      sts32(tD.at(t, s), pack2<T>(d.x, d.y));
+      *reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]) = d;
     });
     forEachPair<typename Tiles::MmaXS>(cX, [&](int i, int t, int) {
       const float f = Decay::kActive ? p.scale * __expf(decayAt(t)) : p.scale;
@@ -281,26 +266,14 @@ __global__ void __launch_bounds__(kGradThreads, 1)
   if (!wantDg) return;
   __syncthreads();
 
-  // Phase 3 (scalar decay, dg wanted): the block's share of chunk_grad.cuh's dg_t (its phase 3).
-  if (tid < C) {  // e[t'][.] <- exclusive prefix sums along s
-    float* row = &sm.e[tid * Tiles::kLdE];
-    float run = 0.f;
-    for (int s = 0; s < C; ++s) {
-      const float x = row[s];
-      row[s] = run;
-      run += x;
-    }
-  }
-  __syncthreads();
+  // Phase 3 (scalar decay, dg wanted): the block's share of dg, a thread per token
+  float stateDot = 0.f;
+  CUTE_UNROLL
+  for (int w = 0; w < kWarpgroupThreads / 32; ++w) stateDot += sm.dot[w];
+  const float share =
+      chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, (Decay::kActive ? __expf(bLast) : 1.f) * stateDot, rows);
   if (tid < rows) {
-    const int t = tid;
-    float stateDot = 0.f;
-    CUTE_UNROLL
-    for (int w = 0; w < kWarpgroupThreads / 32; ++w) stateDot += sm.dot[w];
-    float share = (Decay::kActive ? __expf(bLast) : 1.f) * stateDot;
-    for (int tp = t; tp < C; ++tp) share += sm.r2[tp] + sm.e[tp * Tiles::kLdE + t];
-    for (int s = 0; s < t; ++s) share += sm.r3[s];
-    const int64_t at = (tok0 + t) * H + h;
+    const int64_t at = (tok0 + tid) * H + h;
     if (gridDim.z == 1) p.dg[at] = share;
     else p.dg_part[int64_t(blockIdx.z) * p.dg_plane + at] = share;
   }
