@@ -24,6 +24,7 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
                    "early": "linac-early-qw-loads (LINAC_HOPPER_LATE=0)",
                    "inline": "linac-inline-scores (LINAC_HOPPER_PREPARED_SCORES=0)",
                    "prepared": "linac-prepared-scores (LINAC_HOPPER_PREPARED_SCORES=1)",
+                   "narrow": "linac-narrow-state (LINAC_HOPPER_NARROW_STATE=1)",
                    "mma.sync": "linac-mma.sync (LINAC_HOPPER=0)"}
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),

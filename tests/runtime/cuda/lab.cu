@@ -50,8 +50,9 @@
 //                 stages (LINAC_HOPPER_WIDE_BWD_V256=1; opt-in until they have run on a GPU)
 //   --hopper-additive-k256  the additive rule's backward at dk 256 (decay none / fixed / scalar)
 //                 takes the key and value stages (LINAC_HOPPER_ADDITIVE_K256=1; opt-in until run)
-//   --hopper-narrow-state  the delta rule's backward state passes in value blocks of 16 where 32
-//                 leave SMs idle (LINAC_HOPPER_NARROW_STATE=1: every small quick case; opt-in until run)
+//   --hopper-narrow-state  the forward's state stage (dk <= 128) and the delta rule's backward
+//                 state passes in value blocks of 16 where 32 leave SMs idle
+//                 (LINAC_HOPPER_NARROW_STATE=1: every small quick case; opt-in until run)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -843,7 +844,12 @@ void bench() {
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
-    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", prepared[16] = "-";
+    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", prepared[16] = "-",
+         narrow[16] = "-";
+    int smCount = 0;
+    LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
+    if (dk <= 128 && (dv / 32) * H * B < smCount)  // the state stage's blocks of 16 apply
+      std::snprintf(narrow, sizeof narrow, "%.3f", withEnv("LINAC_HOPPER_NARROW_STATE", "1", run));
     if (!delta && kind.decay != DecayClass::Diagonal) {
       std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
       std::snprintf(prepared, sizeof prepared, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", run));
@@ -858,8 +864,8 @@ void bench() {
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
-                early, inline_, prepared, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
+                early, inline_, prepared, narrow, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -871,9 +877,10 @@ void bench() {
               " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order; 'early':\n"
               " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w;\n"
               " 'inline' / 'prepared': LINAC_HOPPER_PREPARED_SCORES=0 / =1, the additive rule's chunk\n"
-              " scores formed in the state stage or by their chunk-parallel preparation)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
-              "overlap", "early", "inline", "prepared", "mma.sync", "fla");
+              " scores formed in the state stage or by their chunk-parallel preparation; 'narrow':\n"
+              " LINAC_HOPPER_NARROW_STATE=1, the state stage in value blocks of 16 where 32 leave SMs idle)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
+              "overlap", "early", "inline", "prepared", "narrow", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;

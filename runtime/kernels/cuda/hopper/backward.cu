@@ -89,11 +89,11 @@ void runDeltaDims(DecayClass decay, const RecurrenceShape& s, const DeltaBackwar
 }
 
 /// Whether the delta rule's state passes take value blocks of 16 columns: where blocks of 32 make
-/// fewer CTAs than the device has SMs (long sequences with few heads), and only with
-/// LINAC_HOPPER_NARROW_STATE=1 until it has run on a GPU (the state passes' time is their serial
-/// chain of chunks, so twice the CTAs should come near half the time there).
+/// fewer CTAs than the device has SMs (long sequences with few heads), with narrowStateEnabled()
+/// (the state passes' time is their serial chain of chunks, so twice the CTAs should come near
+/// half the time there).
 bool narrowDeltaStateEnabled(const RecurrenceShape& s, int64_t num_seqs) {
-  if (!envSwitch("LINAC_HOPPER_NARROW_STATE", false)) return false;
+  if (!narrowStateEnabled()) return false;
   return (s.value_dim / kDeltaStateValueBlock) * s.heads * num_seqs < multiprocessorCount();
 }
 

@@ -77,6 +77,8 @@ bool wideEnabled() { return envSwitch("LINAC_HOPPER_WIDE", true); }
 
 bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", false); }
 
+bool narrowStateEnabled() { return envSwitch("LINAC_HOPPER_NARROW_STATE", false); }
+
 bool blockInverseEnabled() { return envSwitch("LINAC_HOPPER_BLOCK_INVERSE", true); }
 
 bool forwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
@@ -118,6 +120,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.value_dim = int(s.value_dim);
   p.scale = a.scale;
   p.block_inverse = blockInverseEnabled();
+  p.thin_state = narrowStateEnabled();
   const int64_t tokens = s.batch * s.seq_len;
   const int64_t slots = s.cu_seqlens ? (tokens + kChunk - 1) / kChunk + num_seqs
                                      : s.batch * p.chunks_per_seq;

@@ -11,6 +11,7 @@ namespace linac::kernels::cuda::hopper {
 
 constexpr int kValueBlock = 64;        // value columns (BV) per CTA of the state stage
 constexpr int kNarrowValueBlock = 32;  // ... when the grid is small enough for two CTAs per SM
+constexpr int kThinValueBlock = 16;    // ... when even that leaves SMs idle (ForwardParams::thin_state)
 
 struct ForwardParams {
   const void* q;         // [B, T, H, dk]
@@ -48,6 +49,8 @@ struct ForwardParams {
                          // (forward.cu chooses; dk 256 always does)
   bool prepared_scores;  // (additive, decay none / fixed / scalar) P from scores_prepare.cuh, loaded
                          // by the state stage instead of formed there (forward.cu chooses)
+  bool thin_state;       // (dk <= 128) the state stage in value blocks of kThinValueBlock where
+                         // blocks of kNarrowValueBlock make fewer CTAs than SMs (forward.cu says when)
 };
 
 /// Writable views of the preparation's outputs.

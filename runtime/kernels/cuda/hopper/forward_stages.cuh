@@ -91,7 +91,9 @@ int residentPerSm() {
 /// accumulator is DK x BV fp32 over one warpgroup (64 registers a thread at BV = 32, 128 at
 /// BV = 64, where ptxas spills ~1 KB), so BV = 32 always; and two stages of q, k and w (192 KB)
 /// leave no room for the value tiles, so the delta rule keeps one stage of q / w (late loads)
-/// whatever the decay (178 KB with P's two stages: one CTA per SM).
+/// whatever the decay (178 KB with P's two stages: one CTA per SM). With p.thin_state, BV = 16
+/// where blocks of 32 make fewer CTAs than SMs (long sequences with few heads: B2 H4 dv 128 is 32
+/// CTAs on 132 SMs, each walking its chain of chunks).
 template <class T, int DK, class Decay, bool kDelta>
 void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
   constexpr int kNarrow = kNarrowValueBlock;
@@ -100,6 +102,16 @@ void launchStateOutput(const ForwardParams& p, cudaStream_t stream) {
   } else {
     const int smCount = multiprocessorCount();
     const int64_t narrowCtas = int64_t(p.value_dim / kNarrow) * p.heads * p.num_seqs;
+    if (p.thin_state && narrowCtas < smCount) {
+      if constexpr (kDelta) {
+        if (p.late_loads) {
+          launchStateOutputBlock<T, DK, kThinValueBlock, Decay, true, true>(p, stream);
+          return;
+        }
+      }
+      launchStateOutputBlock<T, DK, kThinValueBlock, Decay, kDelta>(p, stream);
+      return;
+    }
     if constexpr (kDelta) {
       if (p.late_loads &&
           narrowCtas <= int64_t(residentPerSm<T, DK, kNarrow, Decay, true, true>()) * smCount) {

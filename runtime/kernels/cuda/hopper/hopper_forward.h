@@ -44,6 +44,12 @@ bool blockInverseEnabled();
 /// without one); else the mma.sync kernels take it.
 bool diagonalWideKeysEnabled();
 
+/// Whether the serial state stages take value blocks of 16 columns where blocks of 32 make fewer
+/// CTAs than SMs (long sequences with few heads): the forward's state stage (dk <= 128) and the
+/// delta rule's backward state passes; opt-in (LINAC_HOPPER_NARROW_STATE=1) until they have run
+/// on a GPU (written in session 34 without one).
+bool narrowStateEnabled();
+
 /// recurrence.h's forward (o, and ht when non-null) on the Hopper stages.
 void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape,
              const RecurrenceForwardArgs& args, int64_t num_seqs, cudaStream_t stream);

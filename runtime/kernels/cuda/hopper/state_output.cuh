@@ -92,7 +92,7 @@ using StateOutputTilesFor = StateOutputTiles<T, DK, BV, kDelta, kLate, Decay::kC
                                              Decay::kScoresPrepared>;
 
 template <class T, int DK, int BV, class Decay, bool kDelta, bool kLate = false, bool kOverlap = false>
-__global__ void __launch_bounds__(kWarpgroupThreads, BV == 32 ? 2 : 1)
+__global__ void __launch_bounds__(kWarpgroupThreads, BV <= kNarrowValueBlock ? 2 : 1)
     stateOutputKernel(const ForwardParams p,
                       const __grid_constant__ typename StateOutputTilesFor<T, DK, BV, Decay, kDelta, kLate>::Maps maps) {
   // A diagonal decay arrives applied (diagonal_prepare.cuh): q and k are qd and kd, P is loaded
