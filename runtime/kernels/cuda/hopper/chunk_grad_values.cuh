@@ -5,8 +5,8 @@
 //   dv = diag(exp(b_last - b)) K dS_{c+1}[:, vb] + A^T dO[:, vb]
 // A is formed again by each value block's CTA (64 x 64 x dk, small beside K dS_{c+1}). The CTAs of
 // value block 0 also write dg as the sum of the key stage's planes for their chunk (the key stage
-// ran before, in stream order). Shared memory at dk 256: q, k 64 KB, dS_{c+1}'s columns 32 KB,
-// dO and A 16 KB: ~113 KB, two CTAs a SM.
+// ran before, in stream order). Shared memory at dk 256: q (then A, over it), k 64 KB, dS_{c+1}'s
+// columns 32 KB, dO 8 KB: ~105 KB, two CTAs a SM.
 #pragma once
 
 #include "chunk_grad_keys.cuh"
@@ -35,16 +35,19 @@ struct ChunkGradValueTiles {
   };
 
   struct Smem {
-    alignas(1024) T q[cosize_v<Qk>];
+    union {  // q until Q K^T is done, then A: two CTAs fit an SM
+      alignas(1024) T q[cosize_v<Qk>];
+      alignas(1024) T a[cosize_v<Sq>];
+    };
     alignas(1024) T k[cosize_v<Qk>];
     alignas(1024) T ds[cosize_v<St>];
     alignas(1024) T o[cosize_v<Vo>];
-    alignas(1024) T a[cosize_v<Sq>];
     float g[C];
     float b[C];
     uint64_t loaded;  // q, k, dS_{c+1}, d_o and g
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+  static_assert(2 * (kSmemBytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm), "two CTAs per SM");
 };
 
 template <class T, int DK, class Decay>
@@ -107,6 +110,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     gemm<true>(mma, thr.partition_fragment_A(tQ.tensor()(_, _, 0)), thr.partition_fragment_B(tK.tensor()(_, _, 0)),
                acc);
     commitAndWait(acc);
+    __syncthreads();  // every warp's share of Q K^T has read q before A overwrites it
     forEachPair<typename Tiles::MmaQK>(accCoords<C, C>(mma), [&](int i, int t, int s) {
       const float2 a = maskedScores<Decay>(acc(i), acc(i + 1), t, s, sm.b, p.scale);
       sts32(tA.at(t, s), pack2<T>(a.x, a.y));
