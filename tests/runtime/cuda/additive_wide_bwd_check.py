@@ -18,8 +18,9 @@ dg shares. Every term is a sum over key channels or value columns, which is what
      same bf16 inputs stays below the kernel lab's 16-bit gate (5e-3).
 dq, dk and dv sit at ~2.5e-3 (half of it the outputs' own rounding); dg is the one near the gate,
 up to 4.8e-3 at T70 dk256 dv128, all of it from the bf16 states (--attribute: each rounding alone),
-as at dk 128 (3.9e-3 at T70 dk128 dv64 over 20 draws), where the one-CTA kernel stores them alike
-and passes the lab on the GPU.
+and of those dS_{c+1} in dk_inter = V dS^T, whose row dots k . dk_inter enter dg as prefix sums
+(4.9e-3 alone; S_c in the state product and in dq_inter 3e-4 each), as at dk 128 (3.9e-3 at T70
+dk128 dv64 over 20 draws), where the one-CTA kernel stores them alike and passes the lab on the GPU.
 Usage: python3 tests/runtime/cuda/additive_wide_bwd_check.py [--quick] [--seeds N] [--attribute]
 Exit 0 when every check passes.
 """
