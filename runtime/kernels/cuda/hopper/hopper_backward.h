@@ -1,20 +1,26 @@
-// The Hopper (sm_90a) backward, bf16 / fp16 inputs, inclusive readout, dk and dv in {64, 128}:
-//  - additive rule, decay none / fixed / scalar (a fixed decay's dg is not computed here): state
-//    passes and chunk-parallel gradients on wgmma (state_scan.cuh, chunk_grad.cuh). chunkBackward
-//    takes it by default on a Hopper device (checked by the kernel lab against its float64
-//    reference on the H200; 2.5-2.8x faster than the mma.sync path, bench/NOTES.md);
-//    LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs.
+// The Hopper (sm_90a) backward, bf16 / fp16 inputs, dk and dv in {64, 128} and the wider heads
+// below:
+//  - additive rule, decay none / fixed / scalar, inclusive readout (a fixed decay's dg is not
+//    computed here): state passes and chunk-parallel gradients on wgmma (state_scan.cuh,
+//    chunk_grad.cuh). chunkBackward takes it by default on a Hopper device (checked by the kernel
+//    lab against its float64 reference on the H200; 2.5-2.8x faster than the mma.sync path,
+//    bench/NOTES.md); LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs. At dk 256
+//    the gradient by key and value blocks (chunk_grad_keys.cuh, chunk_grad_values.cuh) with
+//    LINAC_HOPPER_ADDITIVE_K256=1, until it has run on a GPU.
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md);
 //    at dk, dv <= 128 stages 3 and 4 as one reverse pass (delta_bwd_reverse_grad.cuh) where it
 //    times faster than the staged pair for the shape class (autotune.h;
-//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either).
+//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either); dk 256 x dv 512 by default, dk = dv = 256 with
+//    LINAC_HOPPER_WIDE_BWD_V256=1; the state passes in value blocks of 16 on small grids with
+//    LINAC_HOPPER_NARROW_STATE=1 (those two until they have run on a GPU).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_key_grad.cuh
-//    and diag_value_grad.cuh), called by chunk_backward_diagonal.cu in place of its passes 1, 2 and 3, by default for the
-//    inclusive readout since the kernel lab and `linac verify` checked them on the H200 (1.5x
-//    faster than those passes, bench/NOTES.md); LINAC_HOPPER_DIAG_BWD=0 turns them off, =1 takes
-//    the exclusive readout (RWKV-6) too, whose d_w misses the bf16 gate there (backward.cu).
+//    and diag_value_grad.cuh), called by chunk_backward_diagonal.cu in place of its passes 1, 2
+//    and 3, by default for both readouts since the kernel lab and `linac verify` checked them on
+//    the H200 (1.5x faster than those passes, bench/NOTES.md; Ks and Qs in two 16-bit halves where
+//    the decay's gradient is marked precise, backward.cu); LINAC_HOPPER_DIAG_BWD=0 turns them
+//    off; dk 256 with LINAC_HOPPER_DIAG_K256=1, until it has run on a GPU.
 #pragma once
 
 #include "../../common/recurrence.h"
