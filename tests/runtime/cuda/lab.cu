@@ -12,7 +12,7 @@
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
 //                       [--hopper-diag-k256] [--hopper-wide-bwd-v256] [--hopper-additive-k256]
-//                       [--hopper-narrow-state] [--hopper-auto]
+//                       [--hopper-narrow-state] [--hopper-joint-state] [--hopper-auto]
 //                       [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
@@ -53,6 +53,8 @@
 //   --hopper-narrow-state  the forward's state stage (dk <= 128) and the delta rule's backward
 //                 state passes in value blocks of 16 where 32 leave SMs idle
 //                 (LINAC_HOPPER_NARROW_STATE=1: every small quick case; opt-in until run)
+//   --hopper-joint-state  the additive rule's two backward state passes in one launch
+//                 (LINAC_HOPPER_JOINT_STATE=1; opt-in until run)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -1037,6 +1039,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hopper-wide-bwd-v256")) setenv("LINAC_HOPPER_WIDE_BWD_V256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-additive-k256")) setenv("LINAC_HOPPER_ADDITIVE_K256", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-narrow-state")) setenv("LINAC_HOPPER_NARROW_STATE", "1", 1);
+    else if (!std::strcmp(argv[i], "--hopper-joint-state")) setenv("LINAC_HOPPER_JOINT_STATE", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
                                "LINAC_HOPPER_PREPARED_SCORES"})

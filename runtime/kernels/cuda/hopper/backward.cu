@@ -346,6 +346,8 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.key_dim = int(s.key_dim);
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
+  // both state passes in one launch (twice the CTAs at once): opt-in until it has run on a GPU
+  p.joint_state_passes = envSwitch("LINAC_HOPPER_JOINT_STATE", false);
   if (dtype == DType::BF16) runDims<cutlass::bfloat16_t>(kind.decay, s, p, slots, stream);
   else runDims<cutlass::half_t>(kind.decay, s, p, slots, stream);
 }

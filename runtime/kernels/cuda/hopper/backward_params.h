@@ -37,6 +37,7 @@ struct BackwardParams {
   int key_dim;            // dk
   int value_dim;          // dv
   float scale;
+  bool joint_state_passes;  // both state passes in one launch (state_scan.cuh; backward.cu says when)
 };
 
 }  // namespace linac::kernels::cuda::hopper

@@ -54,11 +54,20 @@ typename ChunkGradTiles<T, DK, DV>::Maps chunkGradMaps(const BackwardParams& p, 
   return maps;
 }
 
-/// Both state passes into p.states / p.dstates (and d_h0), value blocks of kScanValueBlock columns.
+/// Both state passes into p.states / p.dstates (and d_h0), value blocks of kScanValueBlock columns:
+/// one launch per direction, or one for both with p.joint_state_passes.
 template <class T, int DK, class Decay>
 void runStatePasses(const BackwardParams& p, cudaStream_t stream) {
   constexpr int BV = kScanValueBlock;
   constexpr size_t scanBytes = StateScanTiles<T, DK, BV>::kSmemBytes;
+  if (p.joint_state_passes) {
+    auto joint = stateScanJointKernel<T, DK, BV, Decay>;
+    setBackwardSmem(joint, scanBytes);
+    joint<<<dim3(p.value_dim / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, scanBytes, stream>>>(
+        p, stateScanMaps<T, DK, BV>(p, p.k, p.v), stateScanMaps<T, DK, BV>(p, p.q, p.d_o));
+    LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanJointKernel");
+    return;
+  }
   const dim3 scanGrid(p.value_dim / BV, p.heads, p.num_seqs);
   auto forward = stateScanKernel<T, DK, BV, Decay, false>;
   auto reverse = stateScanKernel<T, DK, BV, Decay, true>;

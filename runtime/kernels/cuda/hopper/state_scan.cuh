@@ -1,6 +1,8 @@
 // Hopper backward, state passes of the additive rule (decay none / fixed / scalar): the states the
 // chunk-parallel gradients need, in the input dtype, one row of the workspace per chunk slot.
-// One CTA (one warpgroup) per (block of BV value columns, head, sequence), one launch per direction:
+// One CTA (one warpgroup) per (block of BV value columns, head, sequence), one launch per direction
+// (stateScanKernel), or both directions in one launch (stateScanJointKernel, grid z = 2N, with
+// p.joint_state_passes: twice the CTAs where one direction's grid leaves SMs idle):
 //   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
 //             S <- exp(b_last) S + K^T (diag(exp(b_last - b)) V)
 //   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,
@@ -66,9 +68,10 @@ __device__ void storeStateBlock(const Acc& acc, const Coords& coords, float* blo
   });
 }
 
+/// One direction's pass over sequence n (maps: a kernel parameter, read by the tensor-map copies).
 template <class T, int DK, int BV, class Decay, bool kReverse>
-__global__ void __launch_bounds__(kWarpgroupThreads)
-    stateScanKernel(const BackwardParams p, const __grid_constant__ typename StateScanTiles<T, DK, BV>::Maps maps) {
+__device__ __forceinline__ void stateScanPass(const BackwardParams& p, const typename StateScanTiles<T, DK, BV>::Maps& maps,
+                                              int n) {
   using Tiles = StateScanTiles<T, DK, BV>;
   using Mma = typename Tiles::Mma;
   constexpr int C = Tiles::C;
@@ -77,7 +80,6 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
 
   const int tid = threadIdx.x;
   constexpr bool reverse = kReverse;
-  const int n = blockIdx.z;
   const int h = blockIdx.y, H = p.heads, DV = p.value_dim, v0 = blockIdx.x * BV;
   int64_t bos, len, coff;
   seqInfo<C>(p, n, bos, len, coff);
@@ -174,6 +176,23 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   }
 
   if (kReverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
+}
+
+template <class T, int DK, int BV, class Decay, bool kReverse>
+__global__ void __launch_bounds__(kWarpgroupThreads)
+    stateScanKernel(const BackwardParams p, const __grid_constant__ typename StateScanTiles<T, DK, BV>::Maps maps) {
+  stateScanPass<T, DK, BV, Decay, kReverse>(p, maps, int(blockIdx.z));
+}
+
+/// Both directions in one launch: z < N the forward pass of sequence z, else the reverse pass of
+/// sequence z - N.
+template <class T, int DK, int BV, class Decay>
+__global__ void __launch_bounds__(kWarpgroupThreads)
+    stateScanJointKernel(const BackwardParams p, const __grid_constant__ typename StateScanTiles<T, DK, BV>::Maps forward,
+                         const __grid_constant__ typename StateScanTiles<T, DK, BV>::Maps reverse) {
+  const int z = int(blockIdx.z);
+  if (z < p.num_seqs) stateScanPass<T, DK, BV, Decay, false>(p, forward, z);
+  else stateScanPass<T, DK, BV, Decay, true>(p, reverse, z - p.num_seqs);
 }
 
 }  // namespace linac::kernels::cuda::hopper
