@@ -6,7 +6,8 @@
 //    lab against its float64 reference on the H200; 2.5-2.8x faster than the mma.sync path,
 //    bench/NOTES.md); LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs. At dk 256
 //    the gradient by key and value blocks (chunk_grad_keys.cuh, chunk_grad_values.cuh) with
-//    LINAC_HOPPER_ADDITIVE_K256=1, until it has run on a GPU.
+//    LINAC_HOPPER_ADDITIVE_K256=1, and both state passes in one launch with
+//    LINAC_HOPPER_JOINT_STATE=1 (those two until they have run on a GPU).
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md);
