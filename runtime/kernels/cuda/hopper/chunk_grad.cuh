@@ -98,13 +98,27 @@ __device__ float tileDotPart(const Tile& a, const Tile& b, int stage, int wtid) 
   return part;
 }
 
+/// e[t][s] <- e[t][s] (q_t . k_s) for s < t, 0 elsewhere: dg's pair terms, from D in e (fp32)
+/// and Q K^T's accumulator (coordinates as forEachPair's).
+template <class Mma, int kLdE, class Coords, class Acc>
+__device__ void keepPairTerms(const Coords& coords, const Acc& qk, float* e) {
+  forEachPair<Mma>(coords, [&](int i, int t, int s) {
+    float2* at = reinterpret_cast<float2*>(&e[t * kLdE + s]);
+    const float2 d = *at;
+    *at = make_float2(s < t ? d.x * qk(i) : 0.f, s + 1 < t ? d.y * qk(i + 1) : 0.f);
+  });
+}
+
 /// The scalar decay's dg of a chunk (or a key block's share of it) from its terms, called by
 /// every thread of the CTA, with e[t'][s] = D[t'][s] (q_t' . k_s) for s < t' (0 elsewhere), r2 the
-/// row dots q_t . dq_inter_t, r3 = k_s . dk_inter_s and `state` = exp(b_last) <S_c, dS_{c+1}>:
-///   dg_t = state + sum_{t' >= t} r2[t'] + sum_{s < t} r3[s] + sum_{t' >= t} sum_{s < t} e[t'][s]
+/// row dots q_t . dq_inter_t, r3 = k_s . dk_inter_s and dot[] the warps' parts of <S_c, dS_{c+1}>
+/// (one warpgroup's), bLast = b_{C-1}:
+///   dg_t = exp(b_last) <S_c, dS_{c+1}> + sum_{t' >= t} r2[t'] + sum_{s < t} r3[s]
+///          + sum_{t' >= t} sum_{s < t} e[t'][s]
 /// e's rows become their exclusive prefix sums (threads 0..C-1); thread t < rows returns dg_t.
 template <int C, int kLdE>
-__device__ float chunkDecayGrad(float* e, const float* r2, const float* r3, float state, int rows) {
+__device__ float chunkDecayGrad(float* e, const float* r2, const float* r3, const float* dot, float bLast,
+                                int rows) {
   const int t = threadIdx.x;
   if (t < C) {
     float* row = &e[t * kLdE];
@@ -118,7 +132,10 @@ __device__ float chunkDecayGrad(float* e, const float* r2, const float* r3, floa
   __syncthreads();
   float dg = 0.f;
   if (t < rows) {
-    dg = state;
+    float state = 0.f;
+    CUTE_UNROLL
+    for (int w = 0; w < kWarpgroupThreads / 32; ++w) state += dot[w];
+    dg = __expf(bLast) * state;
     for (int tp = t; tp < C; ++tp) dg += r2[tp] + e[tp * kLdE + t];
     for (int s = 0; s < t; ++s) dg += r3[s];
   }
@@ -330,22 +347,13 @@ __global__ void __launch_bounds__(kGradThreads, 1)
         if (s < rows) *reinterpret_cast<uint32_t*>(dv + s * rowV + c) = pack2<T>(acc(i), acc(i + 1));
       });
     }
-    if (wantDg) {  // e[t'][s] <- D[t'][s] (q_t' . k_s) for s < t' (the pair terms), 0 elsewhere
-      forEachPair<MmaQK>(cC, [&](int i, int t, int s) {
-        float2* e = reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]);
-        const float2 d = *e;
-        *e = make_float2(s < t ? d.x * accPm(i) : 0.f, s + 1 < t ? d.y * accPm(i + 1) : 0.f);
-      });
-    }
+    if (wantDg) keepPairTerms<MmaQK, Tiles::kLdE>(cC, accPm, sm.e);
   }
   if (!wantDg) return;
   __syncthreads();
 
   // Phase 3 (scalar decay, dg wanted): dg from its terms, a thread per token
-  float dot = 0.f;
-  CUTE_UNROLL
-  for (int w = 0; w < kWarpgroupThreads / 32; ++w) dot += sm.dot[w];
-  const float dg = chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, (Decay::kActive ? __expf(bLast) : 1.f) * dot, rows);
+  const float dg = chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, sm.dot, bLast, rows);
   if (tid < rows) p.dg[(tok0 + tid) * H + h] = dg;
 }
 

@@ -256,22 +256,14 @@ __global__ void __launch_bounds__(kGradThreads, 1)
         if (s < rows) *reinterpret_cast<uint32_t*>(dk + s * rowK + d) = pack2<T>(accX(i), accX(i + 1));
       });
     }
-  } else if (wantDg) {  // e[t'][s] <- D[t'][s] (q_t' . k_s) over the block's channels, s < t'
-    forEachPair<typename Tiles::MmaQK>(cC, [&](int i, int t, int s) {
-      float2* e = reinterpret_cast<float2*>(&sm.e[t * Tiles::kLdE + s]);
-      const float2 d = *e;
-      *e = make_float2(s < t ? d.x * accPm(i) : 0.f, s + 1 < t ? d.y * accPm(i + 1) : 0.f);
-    });
+  } else if (wantDg) {  // the pair terms over the block's channels
+    keepPairTerms<typename Tiles::MmaQK, Tiles::kLdE>(cC, accPm, sm.e);
   }
   if (!wantDg) return;
   __syncthreads();
 
   // Phase 3 (scalar decay, dg wanted): the block's share of dg, a thread per token
-  float stateDot = 0.f;
-  CUTE_UNROLL
-  for (int w = 0; w < kWarpgroupThreads / 32; ++w) stateDot += sm.dot[w];
-  const float share =
-      chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, (Decay::kActive ? __expf(bLast) : 1.f) * stateDot, rows);
+  const float share = chunkDecayGrad<C, Tiles::kLdE>(sm.e, sm.r2, sm.r3, sm.dot, bLast, rows);
   if (tid < rows) {
     const int64_t at = (tok0 + tid) * H + h;
     if (gridDim.z == 1) p.dg[at] = share;
