@@ -42,12 +42,14 @@ void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots
 
 namespace {
 
-template <class T, int DK, int DV>
-void runDecay(DecayClass decay, const BackwardParams& p, int64_t slots, cudaStream_t stream) {
+/// f.template operator()<Decay>() for the additive rule's decay classes here (none / fixed /
+/// scalar; the diagonal decay has its own stages).
+template <class F>
+void withDecay(DecayClass decay, F&& f) {
   switch (decay) {
-    case DecayClass::None: runBackwardStages<T, DK, DV, NoDecay>(p, slots, stream); break;
-    case DecayClass::Fixed: runBackwardStages<T, DK, DV, FixedDecay>(p, slots, stream); break;
-    case DecayClass::Scalar: runBackwardStages<T, DK, DV, ScalarDecay>(p, slots, stream); break;
+    case DecayClass::None: f.template operator()<NoDecay>(); break;
+    case DecayClass::Fixed: f.template operator()<FixedDecay>(); break;
+    case DecayClass::Scalar: f.template operator()<ScalarDecay>(); break;
     case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper backward: diagonal decay");
   }
 }
@@ -56,17 +58,13 @@ template <class T>
 void runDims(DecayClass decay, const RecurrenceShape& s, const BackwardParams& p, int64_t slots,
              cudaStream_t stream) {
   const bool k64 = s.key_dim == 64, v64 = s.value_dim == 64;
-  if (s.key_dim == 256) {
-    switch (decay) {
-      case DecayClass::None: runWideBackwardStages<T, 256, NoDecay>(p, slots, stream); break;
-      case DecayClass::Fixed: runWideBackwardStages<T, 256, FixedDecay>(p, slots, stream); break;
-      case DecayClass::Scalar: runWideBackwardStages<T, 256, ScalarDecay>(p, slots, stream); break;
-      case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper backward: diagonal decay");
-    }
-  } else if (k64 && v64) runDecay<T, 64, 64>(decay, p, slots, stream);
-  else if (k64) runDecay<T, 64, 128>(decay, p, slots, stream);
-  else if (v64) runDecay<T, 128, 64>(decay, p, slots, stream);
-  else runDecay<T, 128, 128>(decay, p, slots, stream);
+  withDecay(decay, [&]<class Decay>() {
+    if (s.key_dim == 256) runWideBackwardStages<T, 256, Decay>(p, slots, stream);
+    else if (k64 && v64) runBackwardStages<T, 64, 64, Decay>(p, slots, stream);
+    else if (k64) runBackwardStages<T, 64, 128, Decay>(p, slots, stream);
+    else if (v64) runBackwardStages<T, 128, 64, Decay>(p, slots, stream);
+    else runBackwardStages<T, 128, 128, Decay>(p, slots, stream);
+  });
 }
 
 template <class T, int DK, int DV>
