@@ -42,8 +42,9 @@
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
 //   --hopper-prepared-scores  the additive rule's decays none / fixed / scalar take the chunk
-//                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1)
-//                 instead of the state stage; the forward timings show both beside the default
+//                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1,
+//                 the default) even where a user's environment says =0; the forward timings
+//                 show both ('inline', 'prepared') beside the default
 //   --hopper-diag-k256  the diagonal decay at dk 256 takes the Hopper stages, forward and backward
 //                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
 //   --hopper-wide-bwd-v256  the delta rule's backward at dk = dv = 256 takes the wide Hopper
@@ -1018,6 +1019,8 @@ void benchBackward() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // a line at a time into a pipe too, so a run cut short by a timeout keeps the rows it printed
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   bool quick = false, fwd_only = false, bench_only = false, do_bench = true, do_bwd = true, do_fwd = true;
   uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 1; i < argc; ++i) {
@@ -1080,10 +1083,10 @@ int main(int argc, char** argv) {
       // decay with several value blocks
       runChunkCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64, {0, 70, 150}});
       runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
-      // ... the additive rule's scores from their preparation (scores_prepare.cuh), varlen with a
-      // partial chunk, whatever the switch says; the diagonal decay at dk 256 (its Hopper stages
-      // with --hopper-diag-k256)
-      withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", [] {
+      // ... the additive rule's scores formed in the state stage (the other cases take them from
+      // their preparation, scores_prepare.cuh), varlen with a partial chunk; the diagonal decay at
+      // dk 256 (its Hopper stages with --hopper-diag-k256)
+      withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64,
                       {0, 70, 150}});
         return 0.0;

@@ -4,7 +4,8 @@
 # timings). Logs go to $OUT (device call) or build-cuda/out. Usage: bash tests/runtime/cuda/run_lab.sh
 # [lab args]. Environment: LAB_BUILD_ONLY=1 builds (and prints the ptxas / SASS summaries) without
 # running, e.g. on a machine with nvcc but no GPU, whose build-cuda/linac_cuda_lab can travel;
-# LAB_PREBUILT=1 runs that binary instead of building; SANITIZE=0 skips compute-sanitizer, SANITIZE_ARGS
+# LAB_PREBUILT=1 runs that binary instead of building (a build recompiles only the objects whose
+# source, headers or flags changed); SANITIZE=0 skips compute-sanitizer, SANITIZE_ARGS
 # adds the lab's switches to its runs (e.g. --hopper-fused-reverse for an opt-in path). The
 # Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
@@ -12,8 +13,9 @@ cd "$(dirname "$0")/../../.."
 B=build-cuda
 OUT=${OUT:-$B/out}
 mkdir -p "$B" "$OUT"
-NV=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr -Iruntime/kernels/cuda
-    -DLINAC_KERNELS_BUILD="\"lab $(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)\"")
+NV=(nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr -Iruntime/kernels/cuda)
+# the build's name, for the autotuner's cache key (autotune.cu alone reads it)
+BUILD_NAME=(-DLINAC_KERNELS_BUILD="\"lab $(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)\"")
 CUTE=$(bash bench/cutlass_include.sh)
 hopper=()
 if [ -n "$CUTE" ]; then
@@ -44,19 +46,38 @@ srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f
       runtime/kernels/cuda/chunk_backward_delta_wy.cu runtime/kernels/cuda/workspace.cu
       runtime/kernels/cuda/autotune.cu
       "${hopper[@]}" tests/runtime/cuda/lab.cu)
+# An object is rebuilt unless it is newer than every file its dependency list (nvcc -MMD) names
+# and was compiled with these flags: a header change reaches every object that includes it.
+flags="${NV[*]}"
+current() {  # current SOURCE NAME
+  local o="$B/$2.o" d="$B/$2.d" dep
+  [ -f "$o" ] && [ -f "$d" ] && [ "$(cat "$B/$2.flags" 2>/dev/null)" = "$flags" ] || return 1
+  for dep in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$d"); do
+    [ "$dep" -nt "$o" ] && return 1
+  done
+  return 0
+}
 pids=()
+built=()
 for f in "${srcs[@]}"; do
   n=$(basename "$f" .cu)
+  extra=()
+  [ "$n" = autotune ] && extra=("${BUILD_NAME[@]}")
+  [ "$n" != autotune ] && current "$f" "$n" && continue
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-16}" ]; do sleep 1; done
-  ("${NV[@]}" -Xptxas -v -c "$f" -o "$B/$n.o" >"$B/$n.ptxas.log" 2>&1) &
+  ("${NV[@]}" "${extra[@]}" -MMD -MF "$B/$n.d" -Xptxas -v -c "$f" -o "$B/$n.o" >"$B/$n.ptxas.log" 2>&1 &&
+     echo "$flags" >"$B/$n.flags") &
   pids+=($!)
+  built+=("$f")
 done
+echo "compiling ${#built[@]} of ${#srcs[@]} sources (the others are current)"
 fail=0
 for i in "${!pids[@]}"; do
   if ! wait "${pids[$i]}"; then
     fail=1
-    n=$(basename "${srcs[$i]}" .cu)
-    echo "compile failed: ${srcs[$i]}"; grep -E 'error' "$B/$n.ptxas.log" | head -30
+    n=$(basename "${built[$i]}" .cu)
+    rm -f "$B/$n.flags"
+    echo "compile failed: ${built[$i]}"; grep -E 'error' "$B/$n.ptxas.log" | head -30
   fi
 done
 [ $fail = 0 ] || exit 1

@@ -137,13 +137,12 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
       runKeyDim<cutlass::half_t>(kind, q, s.key_dim, stream);
   };
   if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
-    // The chunk scores formed on the state stage's serial chain, or by a chunk-parallel stage
-    // first (scores_prepare.cuh); =1 / =0 pins either, unset is =0 until the preparation has run
-    // on a GPU (written in session 33 without one). =auto times the two per shape class
-    // (autotune.h), the fallback preparing them where the state stage's grid (value blocks of 32 x
-    // heads x sequences) leaves SMs idle: there the chain is the forward's time (RetNet at B2
-    // T16384 H4 D128: 3.3x its B8 T4096 H8 time for the same tokens, session 32).
-    const Switch prepared = envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::Off);
+    // The chunk scores formed by a chunk-parallel stage first (scores_prepare.cuh), or on the
+    // state stage's serial chain (=0). Prepared, the default, was faster at every shape timed on
+    // an H100 (bench/NOTES.md, session 35: RetNet 0.208 / 0.226 ms at B8 T4096 H8 D128, 0.391 /
+    // 0.737 at B2 T16384 H4, 0.569 / 0.894 at D256), the chain being the forward's time where the
+    // state stage's grid leaves SMs idle. =auto times the two per shape class (autotune.h).
+    const Switch prepared = envChoice("LINAC_HOPPER_PREPARED_SCORES", Switch::On);
     if (prepared != Switch::Auto) {
       run(false, false, prepared == Switch::On);
       return;

@@ -9,9 +9,9 @@
 // stage keeps single-stage q / w tiles (late loads) at dk 256 always; at dk <= 128 forward() times
 // late and early loads, each in the plain and the overlapped order, per shape class and keeps the
 // fastest (kernels/cuda/autotune.h; LINAC_HOPPER_LATE / LINAC_HOPPER_OVERLAP =1 / =0 pin them).
-// The additive rule's decays none / fixed / scalar take their chunk scores from the state stage, or
-// from a chunk-parallel preparation with LINAC_HOPPER_PREPARED_SCORES=1 (=auto: timed the same
-// way; opt-in until it has run on a GPU).
+// The additive rule's decays none / fixed / scalar take their chunk scores from a chunk-parallel
+// preparation, or from the state stage with LINAC_HOPPER_PREPARED_SCORES=0 (=auto: timed the same
+// way).
 #pragma once
 
 #include "../../common/recurrence.h"
