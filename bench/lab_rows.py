@@ -24,7 +24,10 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
                    "early": "linac-early-qw-loads (LINAC_HOPPER_LATE=0)",
                    "inline": "linac-inline-scores (LINAC_HOPPER_PREPARED_SCORES=0)",
                    "prepared": "linac-prepared-scores (LINAC_HOPPER_PREPARED_SCORES=1)",
+                   # 'narrow' while the state stage's blocks of 16 were opt-in (session 35's first call),
+                   # 'blocks32' since they are the default
                    "narrow": "linac-narrow-state (LINAC_HOPPER_NARROW_STATE=1)",
+                   "blocks32": "linac-state-blocks-of-32 (LINAC_HOPPER_NARROW_STATE=0)",
                    "mma.sync": "linac-mma.sync (LINAC_HOPPER=0)"}
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),
@@ -34,8 +37,12 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "fwd+bwd": ("fwdbwd_ms", "linac-default")}
 # the backward table's 'alt' column (since 2026-12-06; 'fused' before): which path it timed (the
 # diagonal decay's only in session 27's logs, before the key blocks became its one path)
+# the additive rule's (decay none / fixed / scalar) since session 35: its state passes in two
+# launches, timed with d_g where training learns the decay (so RetNet's beside 'bwd no-dg')
 ALT_BACKENDS = {"delta": "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)",
-                "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)"}
+                "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)",
+                "additive": "linac-two-state-launches (LINAC_HOPPER_JOINT_STATE=0)"}
+UNLEARNED_DECAYS = ("additive-none", "additive-fixed")  # the lab's rows time them without d_g
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape
 WIDE_ROWS = {"GDN": ("delta-scalar", dict(B=4, T=4096, H=4, D=256, dk=256, dv=512)),
              "GLA": ("additive-diag", dict(B=4, T=4096, H=4, D=128, dk=128, dv=256))}
@@ -90,7 +97,11 @@ def rows(lines, commit, gpu, env=""):
                 if column in BACKWARD_COLUMNS and value != "-":
                     field, backend = BACKWARD_COLUMNS[column]
                     if backend is None:
-                        backend = ALT_BACKENDS["delta" if kind.startswith("delta") else "diag"]
+                        rule = ("delta" if kind.startswith("delta") else "diag" if "diag" in kind
+                                else "additive")
+                        backend = ALT_BACKENDS[rule]
+                        if rule == "additive" and kind in UNLEARNED_DECAYS:
+                            field = "bwd_nodg_ms"
                     yield dict(base, backend=label(backend), **{field: float(value)})
         else:
             dims = parts[0].split(",")

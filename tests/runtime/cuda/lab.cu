@@ -10,10 +10,8 @@
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
-//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-prepared-scores]
-//                       [--hopper-diag-k256] [--hopper-wide-bwd-v256] [--hopper-additive-k256]
-//                       [--hopper-narrow-state] [--hopper-joint-state] [--hopper-auto]
-//                       [--bench-rows TEXT]
+//                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
+//                       [--env NAME=VALUE] [--bench-rows TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -41,21 +39,9 @@
 //   --hopper-fused-reverse  the delta rule's backward stages 3 and 4 as one reverse pass with dS
 //                 on chip (LINAC_HOPPER_FUSED_REVERSE=1; dk, dv <= 128); the backward timings
 //                 show it beside the default (column 'alt')
-//   --hopper-prepared-scores  the additive rule's decays none / fixed / scalar take the chunk
-//                 scores from their chunk-parallel preparation (LINAC_HOPPER_PREPARED_SCORES=1,
-//                 the default) even where a user's environment says =0; the forward timings
-//                 show both ('inline', 'prepared') beside the default
-//   --hopper-diag-k256  the diagonal decay at dk 256 takes the Hopper stages, forward and backward
-//                 (LINAC_HOPPER_DIAG_K256=1; opt-in until they have run on a GPU)
-//   --hopper-wide-bwd-v256  the delta rule's backward at dk = dv = 256 takes the wide Hopper
-//                 stages (LINAC_HOPPER_WIDE_BWD_V256=1; opt-in until they have run on a GPU)
-//   --hopper-additive-k256  the additive rule's backward at dk 256 (decay none / fixed / scalar)
-//                 takes the key and value stages (LINAC_HOPPER_ADDITIVE_K256=1; opt-in until run)
-//   --hopper-narrow-state  the forward's state stage (dk <= 128) and the delta rule's backward
-//                 state passes in value blocks of 16 where 32 leave SMs idle
-//                 (LINAC_HOPPER_NARROW_STATE=1: every small quick case; opt-in until run)
-//   --hopper-joint-state  the additive rule's two backward state passes in one launch
-//                 (LINAC_HOPPER_JOINT_STATE=1; opt-in until run)
+//   --env NAME=VALUE  sets one of the kernels' environment switches for this process, e.g.
+//                 --env LINAC_HOPPER_JOINT_STATE=0 to run the path a default replaced (the switches:
+//                 runtime/kernels/cuda/hopper/hopper_forward.h, hopper_backward.h)
 //   --hopper-auto the delta rule's late loads, overlapped order and fused reverse pass, and the
 //                 additive rule's prepared scores, timed against their alternatives per shape
 //                 class (=auto: kernels/cuda/autotune.h), each case running the winner: the
@@ -847,16 +833,13 @@ void bench() {
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
-    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", prepared[16] = "-",
-         narrow[16] = "-";
+    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", blocks32[16] = "-";
     int smCount = 0;
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
     if (dk <= 128 && (dv / 32) * H * B < smCount)  // the state stage's blocks of 16 apply
-      std::snprintf(narrow, sizeof narrow, "%.3f", withEnv("LINAC_HOPPER_NARROW_STATE", "1", run));
-    if (!delta && kind.decay != DecayClass::Diagonal) {
+      std::snprintf(blocks32, sizeof blocks32, "%.3f", withEnv("LINAC_HOPPER_NARROW_STATE", "0", run));
+    if (!delta && kind.decay != DecayClass::Diagonal)
       std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
-      std::snprintf(prepared, sizeof prepared, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "1", run));
-    }
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
       std::snprintf(overlap, sizeof overlap, "%.3f", withEnv("LINAC_HOPPER_OVERLAP", "1", run));
@@ -867,8 +850,8 @@ void bench() {
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
-                early, inline_, prepared, narrow, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
+                early, inline_, blocks32, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -879,11 +862,12 @@ void bench() {
   std::printf("('column': LINAC_HOPPER_BLOCK_INVERSE=0, the delta rule's (I + A)^-1 one column per thread;\n"
               " 'overlap': LINAC_HOPPER_OVERLAP=1, its state stage's overlapped order; 'early':\n"
               " LINAC_HOPPER_LATE=0, a scalar decay's state stage with two stages of q / w;\n"
-              " 'inline' / 'prepared': LINAC_HOPPER_PREPARED_SCORES=0 / =1, the additive rule's chunk\n"
-              " scores formed in the state stage or by their chunk-parallel preparation; 'narrow':\n"
-              " LINAC_HOPPER_NARROW_STATE=1, the state stage in value blocks of 16 where 32 leave SMs idle)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
-              "overlap", "early", "inline", "prepared", "narrow", "mma.sync", "fla");
+              " 'inline': LINAC_HOPPER_PREPARED_SCORES=0, the additive rule's chunk scores formed in the\n"
+              " state stage, not by their chunk-parallel preparation; 'blocks32':\n"
+              " LINAC_HOPPER_NARROW_STATE=0, the state stage in value blocks of 32 where the default takes\n"
+              " 16 because 32 leave SMs idle)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
+              "overlap", "early", "inline", "blocks32", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -933,7 +917,9 @@ void benchBackward() {
               " fwd+bwd: forward + default backward with dg where training learns the decay)\n");
   std::printf("(bwd ms: the mma.sync path, LINAC_HOPPER_BWD=0; hopper bwd: the default dispatch, the\n"
               " wgmma backward where it applies)\n");
-  std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1)\n");
+  std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1;\n"
+              " the additive rule's two state passes in two launches, LINAC_HOPPER_JOINT_STATE=0, with\n"
+              " dg where training learns the decay: compare with 'bwd no-dg' for RetNet)\n");
   std::printf("(fla f+b: fla 0.6.0 on an H200, 2026-12-03, an anchor from another call; fla's ops timed\n"
               " beside the lab in one call: bench/run_h200.sh lab, bench/compare.py)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd",
@@ -959,17 +945,24 @@ void benchBackward() {
     ba.fwd = a; ba.d_o = dO.p; ba.d_q = dq.p; ba.d_k = dk.p; ba.d_v = dv.p;
     ba.d_g = in.g.empty() ? nullptr : dg.as<float>();
     ba.d_beta = in.beta.empty() ? nullptr : db.as<float>();
-    auto backward = [&] {
-      return medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, ba, nullptr); }, 3, 20);
-    };
-    const double bms = withEnv("LINAC_HOPPER_BWD", "0", backward);
-    const double hms = backward();
-    char alt[16] = "-";  // the delta rule's stages 3 and 4 as one pass (dk and dv <= 128)
-    if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
-      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
     RecurrenceBackwardArgs nb = ba;
     nb.d_g = nullptr;
     const RecurrenceBackwardArgs& trained = r.decayLearned ? ba : nb;
+    auto timeBackward = [&](const RecurrenceBackwardArgs& args) {
+      return medianMs([&] { kc::chunkBackward(r.kind, DType::BF16, shape, args, nullptr); }, 3, 20);
+    };
+    auto backward = [&] { return timeBackward(ba); };
+    const double bms = withEnv("LINAC_HOPPER_BWD", "0", backward);
+    const double hms = backward();
+    // alt: the delta rule's stages 3 and 4 as one pass (dk and dv <= 128); the additive rule's
+    // state passes in two launches (decay none / fixed / scalar; with dg where training learns
+    // the decay, as fwd+bwd: a fixed decay's dg takes the mma.sync passes)
+    char alt[16] = "-";
+    if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
+      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
+    if (r.kind.update == UpdateRule::Additive && r.kind.decay != DecayClass::Diagonal)
+      std::snprintf(alt, sizeof alt, "%.3f",
+                    withEnv("LINAC_HOPPER_JOINT_STATE", "0", [&] { return timeBackward(trained); }));
     const double ms = medianMs([&] {
       kc::chunkForward(r.kind, DType::BF16, shape, a, nullptr);
       kc::chunkBackward(r.kind, DType::BF16, shape, trained, nullptr);
@@ -1037,13 +1030,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-hopper-diag-wide")) setenv("LINAC_HOPPER_DIAG_WIDE", "0", 1);
     else if (!std::strcmp(argv[i], "--hopper-overlap")) setenv("LINAC_HOPPER_OVERLAP", "1", 1);
     else if (!std::strcmp(argv[i], "--hopper-fused-reverse")) setenv("LINAC_HOPPER_FUSED_REVERSE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-prepared-scores")) setenv("LINAC_HOPPER_PREPARED_SCORES", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-diag-k256")) setenv("LINAC_HOPPER_DIAG_K256", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-wide-bwd-v256")) setenv("LINAC_HOPPER_WIDE_BWD_V256", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-additive-k256")) setenv("LINAC_HOPPER_ADDITIVE_K256", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-narrow-state")) setenv("LINAC_HOPPER_NARROW_STATE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-joint-state")) setenv("LINAC_HOPPER_JOINT_STATE", "1", 1);
-    else if (!std::strcmp(argv[i], "--hopper-auto")) {
+    else if (!std::strcmp(argv[i], "--env") && i + 1 < argc) {
+      const std::string assignment = argv[++i];
+      const size_t eq = assignment.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "linac_cuda_lab: --env takes NAME=VALUE, not '%s'\n", assignment.c_str());
+        return 2;
+      }
+      setenv(assignment.substr(0, eq).c_str(), assignment.substr(eq + 1).c_str(), 1);
+    } else if (!std::strcmp(argv[i], "--hopper-auto")) {
       for (const char* name : {"LINAC_HOPPER_LATE", "LINAC_HOPPER_OVERLAP", "LINAC_HOPPER_FUSED_REVERSE",
                                "LINAC_HOPPER_PREPARED_SCORES"})
         setenv(name, "auto", 1);
@@ -1085,7 +1080,7 @@ int main(int argc, char** argv) {
       runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
       // ... the additive rule's scores formed in the state stage (the other cases take them from
       // their preparation, scores_prepare.cuh), varlen with a partial chunk; the diagonal decay at
-      // dk 256 (its Hopper stages with --hopper-diag-k256)
+      // dk 256 (its Hopper stages)
       withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64,
                       {0, 70, 150}});
@@ -1131,15 +1126,15 @@ int main(int argc, char** argv) {
         // varlen with a partial chunk, so the sanitizers see its key and value blocks
         runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 512,
                     {0, 30, 70}});
-        // and at dk = dv = 256 (the wide stages with --hopper-wide-bwd-v256, else mma.sync)
+        // and at dk = dv = 256 (the wide stages)
         runBwdCase({{DecayClass::None, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256,
                     {0, 30, 70}});
         // the additive rule at dk = dv = 256, scalar decay, varlen with a partial chunk (the key and
-        // value stages with --hopper-additive-k256, else mma.sync)
+        // value stages)
         runBwdCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 256,
                     {0, 70, 150}});
         // the diagonal decay at dk 256, varlen with a partial chunk (its Hopper backward with
-        // --hopper-diag-k256, else the mma.sync passes)
+        // the mma.sync passes with --env LINAC_HOPPER_DIAG_K256=0)
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 1, 256, 128,
                     {0, 70, 150}});
         runScanBwdCase(DType::BF16, 1, 50, 64, {0, 20, 50});
@@ -1165,7 +1160,7 @@ int main(int argc, char** argv) {
             runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
           }
-      // the diagonal decay at dk 256 (the Hopper stages with --hopper-diag-k256): both readouts,
+      // the diagonal decay at dk 256 (the Hopper stages): both readouts,
       // varlen with partial chunks, fp16, strong gates
       for (auto ro : readouts) {
         const RecurrenceKind dk256{DecayClass::Diagonal, UpdateRule::Additive, ro};
@@ -1287,13 +1282,13 @@ int main(int argc, char** argv) {
           Case c{dn, DType::BF16, 2, 130, 1, 256, 512, {}};
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
-          // dk = dv = 256 (issue 11's D256 shape; the wide stages with --hopper-wide-bwd-v256)
+          // dk = dv = 256 (issue 11's D256 shape; the wide stages)
           runBwdCase({dn, DType::BF16, 1, 300, 1, 256, 256, {0, 1, 64, 129, 200, 300}});
           runBwdCase({dn, DType::F16, 2, 100, 1, 256, 256, {}, 1.0, -1e30, false});
           Case w{dn, DType::BF16, 2, 130, 1, 256, 256, {}};
           w.gmul = 10; w.gclamp = -20; runBwdCase(w);
         }
-        // the additive rule at dk 256 (the key and value stages with --hopper-additive-k256):
+        // the additive rule at dk 256 (the key and value stages):
         // every decay class but the diagonal; varlen with lengths 1, 63, 65, 71, 100; dv 128 and
         // 512; fp16 without h0 / d_ht; strong gates; null d_q and d_g
         for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
@@ -1305,7 +1300,7 @@ int main(int argc, char** argv) {
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
         }
-        // the diagonal decay at dk 256 (its Hopper backward with --hopper-diag-k256): the inclusive
+        // the diagonal decay at dk 256 (its Hopper backward): the inclusive
         // readout in value blocks (dv 256), varlen; fp16; strong gates; RWKV-6's readout and
         // decay (two 16-bit halves) at dv 128 and in value blocks
         {

@@ -1,10 +1,10 @@
 // The Hopper backward's entry points: which calls it takes, and the dispatch over element type,
 // dk, dv and decay class to the instantiations in backward_<dtype>.cu (additive rule),
 // backward_delta_<dtype>.cu (delta rule) and backward_delta_wide_<dtype>.cu (the delta rule at
-// dk 256, dv 512: Gated DeltaNet's 340m / 1.3b heads; LINAC_HOPPER_WIDE_BWD=0 sends them to the
-// mma.sync kernels; dk = dv = 256 only with LINAC_HOPPER_WIDE_BWD_V256=1 until it has run on a
-// GPU), backward_wide_<dtype>.cu (the additive rule at dk 256, with LINAC_HOPPER_ADDITIVE_K256=1
-// until it has run on a GPU), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
+// dk 256, dv 512 or 256: Gated DeltaNet's 340m / 1.3b heads and issue 11's D256 shape;
+// LINAC_HOPPER_WIDE_BWD=0 sends them to the mma.sync kernels, LINAC_HOPPER_WIDE_BWD_V256=0 dv 256
+// alone), backward_wide_<dtype>.cu (the additive rule at dk 256; LINAC_HOPPER_ADDITIVE_K256=0 sends
+// it to the mma.sync kernels), and diag_grad_<dtype>.cu (the diagonal decay's state passes and gradient
 // stage, called by chunk_backward_diagonal.cu; LINAC_HOPPER_DIAG_BWD=0 sends them back to the
 // mma.sync passes, =single / =halves force Ks and Qs in one or two 16-bit halves).
 #include "hopper_backward.h"
@@ -169,20 +169,20 @@ void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
   else dims.template operator()<cutlass::half_t>();
 }
 
-/// The delta rule's wide heads: dk 256 with dv 512 (Gated DeltaNet's 340m heads) on unless
-/// LINAC_HOPPER_WIDE_BWD=0; dk = dv = 256 (issue 11's D256 shape) only with
-/// LINAC_HOPPER_WIDE_BWD_V256=1, until it has run on a GPU.
+/// The delta rule's wide heads: dk 256 with dv 512 (Gated DeltaNet's 340m heads) or dv 256 (issue
+/// 11's D256 shape: 4.3 ms against the mma.sync passes' 14.5 for DeltaNet on an H100, session 35),
+/// on unless LINAC_HOPPER_WIDE_BWD=0 (both) or LINAC_HOPPER_WIDE_BWD_V256=0 (dv 256).
 bool wideDeltaBackwardEnabled(const RecurrenceShape& s) {
   if (s.key_dim != 256 || !envSwitch("LINAC_HOPPER_WIDE_BWD", true)) return false;
-  return s.value_dim == 512 || (s.value_dim == 256 && envSwitch("LINAC_HOPPER_WIDE_BWD_V256", false));
+  return s.value_dim == 512 || (s.value_dim == 256 && envSwitch("LINAC_HOPPER_WIDE_BWD_V256", true));
 }
 
 /// The additive rule at dk 256 (issue 11's D256 shape), dv a multiple of 64 up to 512: the key and
-/// value stages (chunk_grad_keys.cuh) only with LINAC_HOPPER_ADDITIVE_K256=1, until they have run
-/// on a GPU.
+/// value stages (chunk_grad_keys.cuh), on unless LINAC_HOPPER_ADDITIVE_K256=0 (Mamba-2's backward
+/// at D256 2.76 ms against the mma.sync passes' 6.49 on an H100, session 35).
 bool wideAdditiveBackwardEnabled(const RecurrenceShape& s) {
   return s.key_dim == 256 && s.value_dim % kGradValueBlock == 0 && s.value_dim <= 512 &&
-         envSwitch("LINAC_HOPPER_ADDITIVE_K256", false);
+         envSwitch("LINAC_HOPPER_ADDITIVE_K256", true);
 }
 
 /// The diagonal decay's Hopper stages: the default for both readouts (GLA, HGRN-2, RWKV-6); off
@@ -222,8 +222,8 @@ int diagonalValueBlocks(const RecurrenceShape& s) {
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s) {
   if (dtype == DType::F32 || !diagonalGradEnabled()) return false;
   const bool oneTile = s.value_dim == 64 || s.value_dim == kDiagValueTile;
-  // dk 256 (value tiles of 128 only) with LINAC_HOPPER_DIAG_K256=1, the forward's switch; there
-  // the exclusive readout takes value blocks too (not yet at dk <= 128, until it has run on a GPU)
+  // dk 256 (value tiles of 128 only) unless LINAC_HOPPER_DIAG_K256=0, the forward's switch; there
+  // the exclusive readout takes value blocks too (not at dk <= 128, where no lab case has run them)
   const bool wideKeys = s.key_dim == 256 && s.value_dim % kDiagValueTile == 0 && diagonalWideKeysEnabled();
   const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
                            (kind.readout == Readout::Inclusive || wideKeys) && diagonalValueBlocksEnabled();
@@ -344,8 +344,9 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   p.key_dim = int(s.key_dim);
   p.value_dim = int(s.value_dim);
   p.scale = f.scale;
-  // both state passes in one launch (twice the CTAs at once): opt-in until it has run on a GPU
-  p.joint_state_passes = envSwitch("LINAC_HOPPER_JOINT_STATE", false);
+  // both state passes in one launch, twice the CTAs at once (RetNet's backward at B2 T16384 H4
+  // D128: 0.448 ms against 0.740 in two launches on an H100, session 35); =0 launches them apart
+  p.joint_state_passes = envSwitch("LINAC_HOPPER_JOINT_STATE", true);
   if (dtype == DType::BF16) runDims<cutlass::bfloat16_t>(kind.decay, s, p, slots, stream);
   else runDims<cutlass::half_t>(kind.decay, s, p, slots, stream);
 }

@@ -75,9 +75,9 @@ bool wideEnabled() { return envSwitch("LINAC_HOPPER_WIDE", true); }
 
 }  // namespace
 
-bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", false); }
+bool diagonalWideKeysEnabled() { return envSwitch("LINAC_HOPPER_DIAG_K256", true); }
 
-bool narrowStateEnabled() { return envSwitch("LINAC_HOPPER_NARROW_STATE", false); }
+bool narrowStateEnabled() { return envSwitch("LINAC_HOPPER_NARROW_STATE", true); }
 
 bool blockInverseEnabled() { return envSwitch("LINAC_HOPPER_BLOCK_INVERSE", true); }
 

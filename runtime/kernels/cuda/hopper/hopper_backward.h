@@ -5,23 +5,23 @@
 //    chunk_grad.cuh). chunkBackward takes it by default on a Hopper device (checked by the kernel
 //    lab against its float64 reference on the H200; 2.5-2.8x faster than the mma.sync path,
 //    bench/NOTES.md); LINAC_HOPPER_BWD=0 in the environment turns it off for A/B runs. At dk 256
-//    the gradient by key and value blocks (chunk_grad_keys.cuh, chunk_grad_values.cuh) with
-//    LINAC_HOPPER_ADDITIVE_K256=1, and both state passes in one launch with
-//    LINAC_HOPPER_JOINT_STATE=1 (those two until they have run on a GPU).
+//    the gradient by key and value blocks (chunk_grad_keys.cuh, chunk_grad_values.cuh; off with
+//    LINAC_HOPPER_ADDITIVE_K256=0); both state passes in one launch (two with
+//    LINAC_HOPPER_JOINT_STATE=0).
 //  - delta rule (DeltaNet, Gated DeltaNet), decay none / scalar, d_beta requested: the five stages
 //    of delta_backward_stages.cuh (fla's WY-form backward), by default as well since the kernel
 //    lab checked it on the H200 (1.5-1.7x faster than the mma.sync path, bench/NOTES.md);
 //    at dk, dv <= 128 stages 3 and 4 as one reverse pass (delta_bwd_reverse_grad.cuh) where it
 //    times faster than the staged pair for the shape class (autotune.h;
-//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either); dk 256 x dv 512 by default, dk = dv = 256 with
-//    LINAC_HOPPER_WIDE_BWD_V256=1; the state passes in value blocks of 16 on small grids with
-//    LINAC_HOPPER_NARROW_STATE=1 (those two until they have run on a GPU).
+//    LINAC_HOPPER_FUSED_REVERSE=1 / 0 pins either); dk 256 x dv 512 and dk = dv = 256 (the latter
+//    off with LINAC_HOPPER_WIDE_BWD_V256=0); the state passes in value blocks of 16 where 32 leave
+//    SMs idle (LINAC_HOPPER_NARROW_STATE=0 keeps 32).
 //  - the diagonal decay's state passes and gradient stage (diag_state_scan.cuh, diag_key_grad.cuh
 //    and diag_value_grad.cuh), called by chunk_backward_diagonal.cu in place of its passes 1, 2
 //    and 3, by default for both readouts since the kernel lab and `linac verify` checked them on
 //    the H200 (1.5x faster than those passes, bench/NOTES.md; Ks and Qs in two 16-bit halves where
 //    the decay's gradient is marked precise, backward.cu); LINAC_HOPPER_DIAG_BWD=0 turns them
-//    off; dk 256 with LINAC_HOPPER_DIAG_K256=1, until it has run on a GPU.
+//    off, LINAC_HOPPER_DIAG_K256=0 at dk 256.
 #pragma once
 
 #include "../../common/recurrence.h"
@@ -45,8 +45,8 @@ void backward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& sh
 /// Whether diagonalStateScan() and diagonalGrad() take this call: either readout (neither with
 /// LINAC_HOPPER_DIAG_BWD=0), a Hopper device with the sm_90a code built, 16-bit inputs, dk and dv
 /// in {64, 128}, and the inclusive readout at dv a multiple of 128 (not with LINAC_HOPPER_DIAG_WIDE=0)
-/// (value blocks of 128 columns, their dq / dk / dg summed in fp32); dk 256 at dv 128 (either
-/// readout) or in value blocks (inclusive) with LINAC_HOPPER_DIAG_K256=1, until it has run on a GPU.
+/// (value blocks of 128 columns, their dq / dk / dg summed in fp32); dk 256 at dv 128 or in value
+/// blocks, either readout (not with LINAC_HOPPER_DIAG_K256=0).
 bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& shape);
 
 /// The state workspaces (params.states, params.dstates, in the input dtype) and d_h0 (fp32, when
