@@ -833,13 +833,16 @@ void bench() {
     auto run = [&] { return medianMs([&] { kc::chunkForward(kind, DType::BF16, shape, a, nullptr); }); };
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
-    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", blocks32[16] = "-";
+    char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", blocks32[16] = "-",
+         split[16] = "-";
     int smCount = 0;
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
     if (dk <= 128 && (dv / 32) * H * B < smCount)  // the state stage's blocks of 16 apply
       std::snprintf(blocks32, sizeof blocks32, "%.3f", withEnv("LINAC_HOPPER_NARROW_STATE", "0", run));
-    if (!delta && kind.decay != DecayClass::Diagonal)
+    if (!delta && kind.decay != DecayClass::Diagonal) {
       std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
+      std::snprintf(split, sizeof split, "%.3f", withEnv("LINAC_HOPPER_SPLIT_STATE", "1", run));
+    }
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
       std::snprintf(overlap, sizeof overlap, "%.3f", withEnv("LINAC_HOPPER_OVERLAP", "1", run));
@@ -850,8 +853,8 @@ void bench() {
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
-                early, inline_, blocks32, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
+                early, inline_, blocks32, split, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -865,9 +868,10 @@ void bench() {
               " 'inline': LINAC_HOPPER_PREPARED_SCORES=0, the additive rule's chunk scores formed in the\n"
               " state stage, not by their chunk-parallel preparation; 'blocks32':\n"
               " LINAC_HOPPER_NARROW_STATE=0, the state stage in value blocks of 32 where the default takes\n"
-              " 16 because 32 leave SMs idle)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
-              "overlap", "early", "inline", "blocks32", "mma.sync", "fla");
+              " 16 because 32 leave SMs idle; 'split': LINAC_HOPPER_SPLIT_STATE=1, the additive rule's\n"
+              " state pass with K^T V alone, then every chunk's output in parallel)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
+              "overlap", "early", "inline", "blocks32", "split", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -1088,6 +1092,14 @@ int main(int argc, char** argv) {
       });
       runChunkCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 256, 64,
                     {0, 70, 150}});
+      // the additive rule's split forward (forward_split.cuh; LINAC_HOPPER_SPLIT_STATE=1 until it
+      // has run): varlen with a partial chunk, and a fixed decay at dk 256 with h0 / ht
+      withEnv("LINAC_HOPPER_SPLIT_STATE", "1", [] {
+        runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 1, 150, 2, 128, 64,
+                      {0, 70, 150}});
+        runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
+        return 0.0;
+      });
       c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
       c.dtype = DType::F32;
       runChunkCase(c);
@@ -1157,7 +1169,7 @@ int main(int argc, char** argv) {
             Case s{{de, up, Readout::Inclusive}, dt, 2, 130, 2, 64, 64, {}};
             s.gmul = 10; s.gclamp = -5; runChunkCase(s);
             s.gclamp = -20; runChunkCase(s);
-            runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, false});
+            runChunkCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 64, 64, {}, 1.0, -1e30, 0.0, false});
             runChunkCase({{de, up, Readout::Inclusive}, dt, 3, 1, 1, 64, 64, {}});
           }
       // the diagonal decay at dk 256 (the Hopper stages): both readouts,
@@ -1169,6 +1181,21 @@ int main(int argc, char** argv) {
         Case s{dk256, DType::BF16, 2, 130, 1, 256, 64, {}};
         s.gmul = 10; s.gclamp = -20; runChunkCase(s);
       }
+      // the additive rule's split forward (LINAC_HOPPER_SPLIT_STATE=1): every decay class but the
+      // diagonal at dk 64 / 128 / 256, varlen with lengths 1, 63, 65, 71, 100, fp16, strong gates,
+      // without h0, more value blocks than the output stage's one
+      withEnv("LINAC_HOPPER_SPLIT_STATE", "1", [] {
+        for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+          const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
+          runChunkCase({ad, DType::BF16, 2, 150, 2, 64, 128, {}});
+          runChunkCase({ad, DType::BF16, 1, 300, 2, 128, 64, {0, 1, 64, 129, 200, 300}});
+          runChunkCase({ad, DType::F16, 2, 100, 1, 256, 256, {}});
+          Case s{ad, DType::BF16, 2, 130, 2, 128, 128, {}};
+          s.gmul = 10; s.gclamp = -20; runChunkCase(s);
+          runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 256, {}, 1.0, -1e30, 0.0, false});
+        }
+        return 0.0;
+      });
       if (fwd_only) {  // the Hopper path's classes with fp16 and a long multi-chunk case
         for (auto up : updates)
           for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
@@ -1208,7 +1235,7 @@ int main(int argc, char** argv) {
               Case s{{de, up, Readout::Inclusive}, dt, 2, 130, 2, 64, 64, {}};
               s.gmul = 10; s.gclamp = -5; runBwdCase(s);
               s.gclamp = -20; runBwdCase(s);
-              runBwdCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 128, 128, {}, 1.0, -1e30, false});
+              runBwdCase({{de, up, Readout::Inclusive}, dt, 2, 128, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
             }
         runBwdCase({{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 256, 256, {}});
         // tensor-core additive path (None / Fixed / Scalar, inclusive): varlen with lengths 1, 63,
@@ -1218,10 +1245,10 @@ int main(int argc, char** argv) {
           for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
             const RecurrenceKind ak{de, UpdateRule::Additive, Readout::Inclusive};
             runBwdCase({ak, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
-            runBwdCase({ak, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, false});
+            runBwdCase({ak, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, 0.0, false});
             runBwdCase({ak, dt, 2, 70, 1, 256, 128, {}});
             runBwdCase({ak, dt, 1, 128, 2, 256, 256, {}});
-            runBwdCase({ak, dt, 1, 100, 2, 128, 192, {}, 1.0, -1e30, false});
+            runBwdCase({ak, dt, 1, 100, 2, 128, 192, {}, 1.0, -1e30, 0.0, false});
             Case c{ak, dt, 2, 90, 2, 64, 128, {}};
             c.all_grads = false; runBwdCase(c);
             c.all_grads = true; c.gmul = 10; c.gclamp = -20; runBwdCase(c);
@@ -1265,7 +1292,7 @@ int main(int argc, char** argv) {
           for (auto de : {DecayClass::None, DecayClass::Scalar}) {
             const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};
             runBwdCase({dn, dt, 1, 300, 2, 64, 64, {0, 1, 64, 129, 200, 300}});
-            runBwdCase({dn, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, false});
+            runBwdCase({dn, dt, 1, 300, 1, 128, 128, {0, 100, 300}, 1.0, -1e30, 0.0, false});
             Case s{dn, dt, 2, 150, 2, 128, 128, {}};
             s.gmul = 10; s.gclamp = -20; runBwdCase(s);
             runBwdCase({dn, dt, 2, 200, 1, 128, 64, {}});
@@ -1278,13 +1305,13 @@ int main(int argc, char** argv) {
         for (auto de : {DecayClass::None, DecayClass::Scalar}) {
           const RecurrenceKind dn{de, UpdateRule::Delta, Readout::Inclusive};
           runBwdCase({dn, DType::BF16, 1, 300, 1, 256, 512, {0, 1, 64, 129, 200, 300}});
-          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, false});
+          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, 0.0, false});
           Case c{dn, DType::BF16, 2, 130, 1, 256, 512, {}};
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);
           // dk = dv = 256 (issue 11's D256 shape; the wide stages)
           runBwdCase({dn, DType::BF16, 1, 300, 1, 256, 256, {0, 1, 64, 129, 200, 300}});
-          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 256, {}, 1.0, -1e30, false});
+          runBwdCase({dn, DType::F16, 2, 100, 1, 256, 256, {}, 1.0, -1e30, 0.0, false});
           Case w{dn, DType::BF16, 2, 130, 1, 256, 256, {}};
           w.gmul = 10; w.gclamp = -20; runBwdCase(w);
         }
@@ -1295,7 +1322,7 @@ int main(int argc, char** argv) {
           const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
           runBwdCase({ad, DType::BF16, 1, 300, 2, 256, 256, {0, 1, 64, 129, 200, 300}});
           runBwdCase({ad, DType::BF16, 2, 100, 1, 256, 128, {}});
-          runBwdCase({ad, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, false});
+          runBwdCase({ad, DType::F16, 2, 100, 1, 256, 512, {}, 1.0, -1e30, 0.0, false});
           Case c{ad, DType::BF16, 2, 130, 1, 256, 256, {}};
           c.gmul = 10; c.gclamp = -20; runBwdCase(c);
           c.gmul = 1; c.gclamp = -1e30; c.all_grads = false; runBwdCase(c);

@@ -23,7 +23,8 @@ if [ -n "$CUTE" ]; then
   hopper=(runtime/kernels/cuda/hopper/forward.cu runtime/kernels/cuda/hopper/forward_bf16_k64.cu
           runtime/kernels/cuda/hopper/forward_bf16_k128.cu runtime/kernels/cuda/hopper/forward_f16_k64.cu
           runtime/kernels/cuda/hopper/forward_f16_k128.cu runtime/kernels/cuda/hopper/forward_bf16_k256.cu
-          runtime/kernels/cuda/hopper/forward_f16_k256.cu runtime/kernels/cuda/hopper/backward.cu
+          runtime/kernels/cuda/hopper/forward_f16_k256.cu runtime/kernels/cuda/hopper/forward_split_bf16.cu
+          runtime/kernels/cuda/hopper/forward_split_f16.cu runtime/kernels/cuda/hopper/backward.cu
           runtime/kernels/cuda/hopper/backward_bf16.cu runtime/kernels/cuda/hopper/backward_f16.cu
           runtime/kernels/cuda/hopper/backward_wide_bf16.cu runtime/kernels/cuda/hopper/backward_wide_f16.cu
           runtime/kernels/cuda/hopper/backward_delta_bf16.cu runtime/kernels/cuda/hopper/backward_delta_f16.cu

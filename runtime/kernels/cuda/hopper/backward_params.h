@@ -1,5 +1,6 @@
 // Arguments of the Hopper backward stages for the additive rule (state_scan.cuh, chunk_grad.cuh,
-// and at dk 256 chunk_grad_keys.cuh, chunk_grad_values.cuh).
+// and at dk 256 chunk_grad_keys.cuh, chunk_grad_values.cuh); the forward's split form
+// (forward_split.cuh) runs the forward state pass with them too.
 // Tensors are contiguous [B, T, H, D] as in the forward (forward_params.h); chunk slots map chunks
 // of every sequence to workspace rows (chunk_slots.cuh).
 #pragma once
@@ -29,6 +30,8 @@ struct BackwardParams {
   float* dg_part;         // [dk / 128, B * T, H]: the key blocks' shares of dg (chunk_grad_keys.cuh), or null
   int64_t dg_plane;       // elements per dg_part plane (B * T * H)
   float* dh0;             // [N, H, dk, dv] or null
+  float* ht;              // [N, H, dk, dv] or null: the forward pass's final state (written only
+                          // by the forward's split form, forward_split.cuh)
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;        // T
   int64_t chunks_per_seq; // ceil(T / C) (padded batches)

@@ -24,6 +24,8 @@ template <class T, int DK, class Decay>
 void runStages(bool delta, ForwardParams p, cudaStream_t stream);
 template <class T, int DK, bool kExclusive>
 void runDiagonalStages(ForwardParams p, cudaStream_t stream);
+template <class T, int DK, class Decay>
+void runSplitStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -65,6 +67,22 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
   if (key_dim == 64) runDecay<T, 64>(kind, p, stream);
   else if (key_dim == 128) runDecay<T, 128>(kind, p, stream);
   else runDecay<T, 256>(kind, p, stream);
+}
+
+/// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar.
+template <class T>
+void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, cudaStream_t stream) {
+  auto dims = [&]<class Decay>() {
+    if (key_dim == 64) runSplitStages<T, 64, Decay>(p, stream);
+    else if (key_dim == 128) runSplitStages<T, 128, Decay>(p, stream);
+    else runSplitStages<T, 256, Decay>(p, stream);
+  };
+  switch (decay) {
+    case DecayClass::None: dims.template operator()<NoDecay>(); break;
+    case DecayClass::Fixed: dims.template operator()<FixedDecay>(); break;
+    case DecayClass::Scalar: dims.template operator()<ScalarDecay>(); break;
+    case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: no split form for a diagonal decay");
+  }
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
@@ -137,6 +155,15 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
       runKeyDim<cutlass::half_t>(kind, q, s.key_dim, stream);
   };
   if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
+    // The split form (forward_split.cuh): a state pass carrying K^T V alone, then every chunk's
+    // output in parallel, where the fused stage forms each output on its serial chain (RetNet at
+    // B2 T16384 H4 D128: 0.320 ms against fla's 0.212 on an H100, session 35: 256 chunks over 64
+    // CTAs). Opt-in, LINAC_HOPPER_SPLIT_STATE=1, until it has run on a GPU (written in session 35).
+    if (envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
+      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, stream);
+      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, stream);
+      return;
+    }
     // The chunk scores formed by a chunk-parallel stage first (scores_prepare.cuh), or on the
     // state stage's serial chain (=0). Prepared, the default, was faster at every shape timed on
     // an H100 (bench/NOTES.md, session 35: RetNet 0.208 / 0.226 ms at B8 T4096 H8 D128, 0.391 /

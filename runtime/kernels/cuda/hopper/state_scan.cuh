@@ -4,7 +4,7 @@
 // (stateScanKernel), or both directions in one launch (stateScanJointKernel, grid z = 2N, with
 // p.joint_state_passes: twice the CTAs where one direction's grid leaves SMs idle):
 //   forward:  S = h0;    per chunk c = 0, 1, ...:      states[c]  = S,
-//             S <- exp(b_last) S + K^T (diag(exp(b_last - b)) V)
+//             S <- exp(b_last) S + K^T (diag(exp(b_last - b)) V);          ht = S at the end
 //   reverse:  dS = d_ht; per chunk c = last, ..., 0:   dstates[c] = dS,
 //             dS <- exp(b_last) dS + Q^T (diag(scale exp(b)) dO);          d_h0 = dS at the end
 // so states[c] is S_c, the state before chunk c, and dstates[c] is dS_{c+1}, the gradient with
@@ -175,7 +175,8 @@ __device__ __forceinline__ void stateScanPass(const BackwardParams& p, const typ
     commitAndWait(acc);
   }
 
-  if (kReverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
+  float* last = kReverse ? p.dh0 : p.ht;
+  if (last) storeStateBlock<Mma>(acc, cS, last + stateOffset, DV);
 }
 
 template <class T, int DK, int BV, class Decay, bool kReverse>
