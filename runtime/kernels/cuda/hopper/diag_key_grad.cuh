@@ -58,8 +58,8 @@
 // Shared memory by phase (dv tile 128: 107 KB): q, k, D and b throughout; v, dO, S_c and dS_{c+1}
 // (the block's rows) for D and the inter-chunk products; then Ks, Qs, two Kr_i tiles and e^{g}
 // for the intra-chunk products; then d_g's staging over them; A^T's share beside.
-// Value blocks (dv above the tile DV; the exclusive readout at dk 256 only, until it has run on a
-// GPU): every term of dq, dk, dg and the d_u partials above is a sum over the value columns (D,
+// Value blocks (dv above the tile DV; the exclusive readout at dk 256 only, where the lab's cases
+// have run it): every term of dq, dk, dg and the d_u partials above is a sum over the value columns (D,
 // dO S^T, V dS^T, <S_c, dS_{c+1}>; the bonus's D[t][t]), so a CTA per (chunk slot, head, key
 // block, block of DV columns) computes its block's share, as if the block were the whole value
 // dim, into fp32 planes (dg's scratch rows included), and diagSumValueBlocksKernel adds them;

@@ -156,9 +156,10 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
   };
   if (kind.update == UpdateRule::Additive && kind.decay != DecayClass::Diagonal) {
     // The split form (forward_split.cuh): a state pass carrying K^T V alone, then every chunk's
-    // output in parallel, where the fused stage forms each output on its serial chain (RetNet at
-    // B2 T16384 H4 D128: 0.320 ms against fla's 0.212 on an H100, session 35: 256 chunks over 64
-    // CTAs). Opt-in, LINAC_HOPPER_SPLIT_STATE=1, until it has run on a GPU (written in session 35).
+    // output in parallel. Opt-in (LINAC_HOPPER_SPLIT_STATE=1): on an H100 it was 0.347 ms against
+    // the fused stage's 0.315 at B2 T16384 H4 D128 and slower at the other shapes (session 35),
+    // the chain's per-chunk latency, not its products, being the time; its two stages are meant
+    // for a segment-parallel form.
     if (envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
       if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, stream);
       else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, stream);

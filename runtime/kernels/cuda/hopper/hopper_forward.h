@@ -11,9 +11,9 @@
 // fastest (kernels/cuda/autotune.h; LINAC_HOPPER_LATE / LINAC_HOPPER_OVERLAP =1 / =0 pin them).
 // The additive rule's decays none / fixed / scalar take their chunk scores from a chunk-parallel
 // preparation, or from the state stage with LINAC_HOPPER_PREPARED_SCORES=0 (=auto: timed the same
-// way); with LINAC_HOPPER_SPLIT_STATE=1 (opt-in until it has run on a GPU) they run the split form
-// instead: a state pass carrying K^T V alone, then every chunk's output in parallel
-// (forward_split.cuh).
+// way); with LINAC_HOPPER_SPLIT_STATE=1 they run the split form instead: a state pass carrying
+// K^T V alone, then every chunk's output in parallel (forward_split.cuh; correct, but slower than
+// the fused stage on an H100: kernels/cuda/NOTES.md, session 35).
 #pragma once
 
 #include "../../common/recurrence.h"
