@@ -29,6 +29,7 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
                    "narrow": "linac-narrow-state (LINAC_HOPPER_NARROW_STATE=1)",
                    "blocks32": "linac-state-blocks-of-32 (LINAC_HOPPER_NARROW_STATE=0)",
                    "split": "linac-split-forward (LINAC_HOPPER_SPLIT_STATE=1)",
+                   "segments": "linac-segmented-forward (LINAC_HOPPER_SEGMENTS=1)",
                    "mma.sync": "linac-mma.sync (LINAC_HOPPER=0)"}
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),

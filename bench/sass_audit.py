@@ -20,7 +20,8 @@ import subprocess
 import sys
 
 # Kernels of the hopper namespace that are not matrix stages: nothing to hold to HGMMA.
-NOT_MATRIX = re.compile(r"(reduce|convert|zero|fill|copy|sum|cumsum)", re.I)
+# (segment*: the segmented forward's bounds, log-decay sums and elementwise scan over segments)
+NOT_MATRIX = re.compile(r"(reduce|convert|zero|fill|copy|sum|cumsum|segment(Bounds|Decay|Start)Kernel)", re.I)
 
 
 def run(cmd):

@@ -116,12 +116,12 @@ def check_compare():
 def check_lab_rows():
     """bench/lab_rows.py on timing rows printed with the kernel lab's own formats (lab.cu's bench()
     and benchBackward(); the lab needs a GPU), names longer than its 30 padded columns included."""
-    fwd = "%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n"
+    fwd = "%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n"
     bwd = "%-30s %10s %10s %10s %10s %10s %10s %8s\n"
     log = (fwd % ("kind", "B,T,H,D", "default", "column", "overlap", "early", "inline", "blocks32",
-                  "split", "mma.sync", "fla")
+                  "split", "segments", "mma.sync", "fla")
            + fwd % ("RetNet   additive-fixed", "2,16384,4,128", "0.350", "-", "-", "-", "0.743", "0.401",
-                    "0.210", "1.900", "-")
+                    "0.210", "0.150", "1.900", "-")
            + bwd % ("kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio")
            + bwd % ("sGLA     additive-scalar T16384", "3.000", "2.000", "2.400", "1.500", "2.500", "-", "-")
            + bwd % ("LinAttn  additive-none T16384", "3.000", "2.900", "0.700", "0.450", "0.760", "-", "-")
@@ -138,6 +138,7 @@ def check_lab_rows():
     assert by[("retnet", "additive-fixed", "linac-inline-scores", 16384, 128)]["fwd_ms"] == 0.743, rows
     assert by[("retnet", "additive-fixed", "linac-state-blocks-of-32", 16384, 128)]["fwd_ms"] == 0.401, rows
     assert by[("retnet", "additive-fixed", "linac-split-forward", 16384, 128)]["fwd_ms"] == 0.21, rows
+    assert by[("retnet", "additive-fixed", "linac-segmented-forward", 16384, 128)]["fwd_ms"] == 0.15, rows
     # 'alt' of the additive rule: its state passes in two launches, without d_g where the decay is
     # not learned
     assert by[("mamba2", "additive-scalar", "linac-two-state-launches", 16384, 128)]["bwd_ms"] == 2.4, rows

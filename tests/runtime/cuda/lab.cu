@@ -834,7 +834,7 @@ void bench() {
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
     char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", blocks32[16] = "-",
-         split[16] = "-";
+         split[16] = "-", segments[16] = "-";
     int smCount = 0;
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
     if (dk <= 128 && (dv / 32) * H * B < smCount)  // the state stage's blocks of 16 apply
@@ -842,6 +842,8 @@ void bench() {
     if (!delta && kind.decay != DecayClass::Diagonal) {
       std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
       std::snprintf(split, sizeof split, "%.3f", withEnv("LINAC_HOPPER_SPLIT_STATE", "1", run));
+      if ((dv / 32) * H * B < smCount)  // segments apply
+        std::snprintf(segments, sizeof segments, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "1", run));
     }
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
@@ -853,8 +855,8 @@ void bench() {
     char dims[32];
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
-    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column, overlap,
-                early, inline_, blocks32, split, old, fla);
+    std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column,
+                overlap, early, inline_, blocks32, split, segments, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -869,9 +871,10 @@ void bench() {
               " state stage, not by their chunk-parallel preparation; 'blocks32':\n"
               " LINAC_HOPPER_NARROW_STATE=0, the state stage in value blocks of 32 where the default takes\n"
               " 16 because 32 leave SMs idle; 'split': LINAC_HOPPER_SPLIT_STATE=1, the additive rule's\n"
-              " state pass with K^T V alone, then every chunk's output in parallel)\n");
-  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default", "column",
-              "overlap", "early", "inline", "blocks32", "split", "mma.sync", "fla");
+              " state pass with K^T V alone, then every chunk's output in parallel; 'segments':\n"
+              " LINAC_HOPPER_SEGMENTS=1, those stages over segments of each sequence, scanned)\n");
+  std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default",
+              "column", "overlap", "early", "inline", "blocks32", "split", "segments", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -1100,6 +1103,13 @@ int main(int argc, char** argv) {
         runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
         return 0.0;
       });
+      // ... and in segments (segment_scan.cuh; LINAC_HOPPER_SEGMENTS=1 until it has run): three
+      // segments of one chunk each, the last partial; two at dk 256 with a fixed decay
+      withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
+        runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
+        runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
+        return 0.0;
+      });
       c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
       c.dtype = DType::F32;
       runChunkCase(c);
@@ -1193,6 +1203,20 @@ int main(int argc, char** argv) {
           Case s{ad, DType::BF16, 2, 130, 2, 128, 128, {}};
           s.gmul = 10; s.gclamp = -20; runChunkCase(s);
           runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 256, {}, 1.0, -1e30, 0.0, false});
+        }
+        return 0.0;
+      });
+      // in segments (LINAC_HOPPER_SEGMENTS=1; padded batches, where the state stage's grid leaves
+      // SMs idle): T a multiple of the chunk and not, fp16 at dk 256, strong gates, without h0
+      withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
+        for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+          const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
+          runChunkCase({ad, DType::BF16, 2, 640, 2, 64, 128, {}});
+          runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 64, {}});
+          runChunkCase({ad, DType::F16, 2, 300, 1, 256, 256, {}});
+          Case s{ad, DType::BF16, 2, 330, 2, 128, 128, {}};
+          s.gmul = 10; s.gclamp = -20; runChunkCase(s);
+          runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
         }
         return 0.0;
       });

@@ -8,6 +8,9 @@
 // the chunk's outputs, as state_output.cuh forms them on its serial chain of chunks. Where that
 // chain's grid leaves SMs idle (long sequences with few heads) this split runs the chain with
 // K^T V alone and every chunk's output in parallel, as fla's chunk_fwd_h and chunk_fwd_o do.
+// kSegmented (segment_scan.cuh): S_c is the state from the segment's start, and the stage adds
+// exp(g_c) Q S_start, S_start the state at the segment's start and g_c the log-decay from there
+// to the chunk, before the factor scale e^{b_t}.
 // q, k, S_c's columns and v arrive by tensor-map copies (tma.cuh) on one mbarrier, g by cp.async;
 // A goes over q's bytes once Q K^T and Q S_c have read it. Shared memory at dk 128: ~56 KB, at
 // dk 256 ~104 KB (two CTAs a SM).
@@ -23,7 +26,7 @@ namespace linac::kernels::cuda::hopper {
 
 constexpr int kOutputValueBlock = 64;  // value columns per CTA of the output stage
 
-template <class T, int DK>
+template <class T, int DK, bool kSegmented = false>
 struct ChunkOutputTiles {
   static constexpr int C = kChunk, VB = kOutputValueBlock;
   using Qk = RowTile<T, C, DK>;        // q, k: [t, d]
@@ -38,9 +41,10 @@ struct ChunkOutputTiles {
   using MmaAV = WarpgroupMma<T, C, VB, C, GMMA::Major::K, GMMA::Major::MN>;   // A V
 
   // Tensor maps (tma.cuh): q, k, v as (width, heads, tokens, sequences) boxes of one chunk;
-  // S_c as (VB, DK) boxes of the states' [slots H dk, dv] rows.
+  // S_c as (VB, DK) boxes of the states' [slots H dk, dv] rows, S_start (kSegmented) of the
+  // segments' [segments H dk, dv] rows.
   struct Maps {
-    CUtensorMap q, k, v, s;
+    CUtensorMap q, k, v, s, start;
   };
 
   struct Smem {
@@ -50,19 +54,23 @@ struct ChunkOutputTiles {
     };
     alignas(1024) T k[cosize_v<Qk>];
     alignas(1024) T s[cosize_v<St>];
+    alignas(1024) T start[kSegmented ? cosize_v<St> : 8];
     alignas(1024) T v[cosize_v<Vs>];
     float g[C];
     float b[C];
     uint64_t loaded;  // q, k, S_c, v and g
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
-  static_assert(2 * (kSmemBytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm), "two CTAs per SM");
+  static_assert(kSegmented || 2 * (kSmemBytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm),
+                "two CTAs per SM");
 };
 
-template <class T, int DK, class Decay>
+/// chunkStart (kSegmented): [slots, H] g_c of each chunk slot (segmentDecayKernel).
+template <class T, int DK, class Decay, bool kSegmented = false>
 __global__ void __launch_bounds__(kWarpgroupThreads)
-    chunkOutputKernel(const ForwardParams p, const __grid_constant__ typename ChunkOutputTiles<T, DK>::Maps maps) {
-  using Tiles = ChunkOutputTiles<T, DK>;
+    chunkOutputKernel(const ForwardParams p, const float* chunkStart,
+                      const __grid_constant__ typename ChunkOutputTiles<T, DK, kSegmented>::Maps maps) {
+  using Tiles = ChunkOutputTiles<T, DK, kSegmented>;
   constexpr int C = Tiles::C, VB = Tiles::VB;
   extern __shared__ __align__(16) uint8_t smemRaw[];
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
@@ -78,6 +86,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const auto tQ = smemTile(sm.q, typename Tiles::Qk{});
   const auto tK = smemTile(sm.k, typename Tiles::Qk{});
   const auto tSt = smemTile(sm.s, typename Tiles::StT{});
+  const auto tStart = smemTile(sm.start, typename Tiles::StT{});
   const auto tV = smemTile(sm.v, typename Tiles::Vs{});
   const auto tVt = smemTile(sm.v, typename Tiles::VsT{});
   const auto tA = smemTile(sm.a, typename Tiles::Sq{});
@@ -88,11 +97,14 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     const auto origin = tokenMapOrigin<C>(p, n, bos);
     const int mapToken = origin.chunk(chunk), mapSeq = origin.seq;
     const int stateRow = int(((coff + chunk) * H + h) * DK);
-    barrierExpectBytes(&sm.loaded, (2 * C * DK + DK * VB + C * VB) * sizeof(T));
+    barrierExpectBytes(&sm.loaded, (2 * C * DK + (kSegmented ? 2 : 1) * DK * VB + C * VB) * sizeof(T));
     bulkLoadTile4d<false, C, DK>(tQ, 0, &maps.q, 0, h, mapToken, mapSeq, &sm.loaded);
     bulkLoadTile4d<false, C, DK>(tK, 0, &maps.k, 0, h, mapToken, mapSeq, &sm.loaded);
     bulkLoadTile2d<false, DK, VB>(smemTile(sm.s, typename Tiles::St{}), 0, &maps.s, v0, stateRow, &sm.loaded);
     bulkLoadTile4d<false, C, VB>(tV, 0, &maps.v, v0, h, mapToken, mapSeq, &sm.loaded);
+    if constexpr (kSegmented)
+      bulkLoadTile2d<false, DK, VB>(smemTile(sm.start, typename Tiles::St{}), 0, &maps.start, v0,
+                                    int((int64_t(n) * H + h) * DK), &sm.loaded);
   }
   stageLogDecay<Decay>(sm.g, p.g, tok0, rows, h, H);
   copyArrive(&sm.loaded);
@@ -115,12 +127,27 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   Tensor accP = partition_fragment_C(mmaQK, Shape<Int<C>, Int<C>>{});
   Tensor accO = partition_fragment_C(mmaQS, Shape<Int<C>, Int<VB>>{});
   const auto cO = accCoords<C, VB>(mmaQS);
-  issue(accP, accO);
-  gemm<true>(mmaQK, thrQK.partition_fragment_A(tQ.tensor()(_, _, 0)), thrQK.partition_fragment_B(tK.tensor()(_, _, 0)),
-             accP);
-  gemm<true>(mmaQS, thrQS.partition_fragment_A(tQ.tensor()(_, _, 0)), thrQS.partition_fragment_B(tSt.tensor()(_, _, 0)),
-             accO);
-  commitAndWait(accP, accO);
+  auto scoresAndState = [&] {  // Q K^T and Q S_c, reading q
+    gemm<true>(mmaQK, thrQK.partition_fragment_A(tQ.tensor()(_, _, 0)),
+               thrQK.partition_fragment_B(tK.tensor()(_, _, 0)), accP);
+    gemm<true>(mmaQS, thrQS.partition_fragment_A(tQ.tensor()(_, _, 0)),
+               thrQS.partition_fragment_B(tSt.tensor()(_, _, 0)), accO);
+  };
+  if constexpr (kSegmented) {  // ... and Q S_start, added as exp(g_c) Q S_start
+    Tensor accX = partition_fragment_C(mmaQS, Shape<Int<C>, Int<VB>>{});
+    issue(accP, accO, accX);
+    scoresAndState();
+    gemm<true>(mmaQS, thrQS.partition_fragment_A(tQ.tensor()(_, _, 0)),
+               thrQS.partition_fragment_B(tStart.tensor()(_, _, 0)), accX);
+    commitAndWait(accP, accO, accX);
+    const float f = __expf(chunkStart[(coff + chunk) * H + h]);
+    CUTE_UNROLL
+    for (int i = 0; i < size(accO); ++i) accO(i) += f * accX(i);
+  } else {
+    issue(accP, accO);
+    scoresAndState();
+    commitAndWait(accP, accO);
+  }
   __syncthreads();  // every warp's share of both products has read q before A overwrites it
   forEachPair<typename Tiles::MmaQK>(accCoords<C, C>(mmaQK), [&](int i, int t, int s) {
     const float2 a = maskedScores<Decay>(accP(i), accP(i + 1), t, s, sm.b, p.scale);

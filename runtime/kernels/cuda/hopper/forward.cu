@@ -26,6 +26,8 @@ template <class T, int DK, bool kExclusive>
 void runDiagonalStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK, class Decay>
 void runSplitStages(ForwardParams p, cudaStream_t stream);
+template <class T, int DK, class Decay>
+void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -69,13 +71,18 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
   else runDecay<T, 256>(kind, p, stream);
 }
 
-/// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar.
+/// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar, in
+/// `segments` segments a sequence where that is above 1.
 template <class T>
-void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, cudaStream_t stream) {
+void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, int segments, cudaStream_t stream) {
   auto dims = [&]<class Decay>() {
-    if (key_dim == 64) runSplitStages<T, 64, Decay>(p, stream);
-    else if (key_dim == 128) runSplitStages<T, 128, Decay>(p, stream);
-    else runSplitStages<T, 256, Decay>(p, stream);
+    auto at = [&]<int DK>() {
+      if (segments > 1) runSegmentedStages<T, DK, Decay>(p, segments, stream);
+      else runSplitStages<T, DK, Decay>(p, stream);
+    };
+    if (key_dim == 64) at.template operator()<64>();
+    else if (key_dim == 128) at.template operator()<128>();
+    else at.template operator()<256>();
   };
   switch (decay) {
     case DecayClass::None: dims.template operator()<NoDecay>(); break;
@@ -83,6 +90,18 @@ void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, c
     case DecayClass::Scalar: dims.template operator()<ScalarDecay>(); break;
     case DecayClass::Diagonal: LINAC_REQUIRE(false, "hopper forward: no split form for a diagonal decay");
   }
+}
+
+/// Segments a sequence for the additive rule's segmented forward: where the state stage's value
+/// blocks of 32 make fewer CTAs than SMs (a padded batch), enough that the segmented state pass
+/// fills the SMs twice over, at most one a chunk; else 1 (no segments).
+int segmentsFor(const RecurrenceShape& s, int64_t num_seqs, int64_t chunks) {
+  if (s.cu_seqlens != nullptr) return 1;
+  const int64_t ctas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
+  const int64_t sms = multiprocessorCount();
+  if (ctas >= sms) return 1;
+  const int64_t wanted = (2 * sms + ctas - 1) / ctas;
+  return int(wanted < chunks ? wanted : chunks);
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
@@ -160,9 +179,14 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     // the fused stage's 0.315 at B2 T16384 H4 D128 and slower at the other shapes (session 35),
     // the chain's per-chunk latency, not its products, being the time; its two stages are meant
     // for a segment-parallel form.
-    if (envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
-      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, stream);
-      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, stream);
+    // In segments (LINAC_HOPPER_SEGMENTS=1, segment_scan.cuh; written in session 35, not yet run):
+    // the same stages over segments of each sequence run from zero state, their start states
+    // from a scan over segments, so the chain is a segment long, where the state stage's grid
+    // leaves SMs idle.
+    const int segments = envSwitch("LINAC_HOPPER_SEGMENTS", false) ? segmentsFor(s, num_seqs, p.chunks_per_seq) : 1;
+    if (segments > 1 || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
+      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segments, stream);
+      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segments, stream);
       return;
     }
     // The chunk scores formed by a chunk-parallel stage first (scores_prepare.cuh), or on the

@@ -5,7 +5,10 @@
 //   output stage:  chunkOutputKernel (chunk_output.cuh), one CTA per (chunk slot, head, value
 //                  block of 64)
 // The fused state stage (state_output.cuh) forms each chunk's output on its serial chain of
-// chunks; this form's chain carries K^T V alone. forward.cu says when it runs.
+// chunks; this form's chain carries K^T V alone. In segments (runSegmentedStages, a padded batch):
+// the same two stages over the segments of every sequence as a packed batch of pseudo-sequences
+// run from zero state, with the scan over segments between them (segment_scan.cuh), so the chain
+// is a segment long. forward.cu says when either runs.
 #pragma once
 
 #include "../cuda_check.h"
@@ -14,6 +17,7 @@
 #include "backward_params.h"
 #include "chunk_output.cuh"
 #include "forward_params.h"
+#include "segment_scan.cuh"
 #include "state_scan.cuh"
 
 namespace linac::kernels::cuda::hopper {
@@ -36,12 +40,34 @@ void launchSplitStatePass(const BackwardParams& s, cudaStream_t stream) {
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (split forward)");
 }
 
-template <class T, int DK, class Decay>
-void runSplitStages(ForwardParams p, cudaStream_t stream) {
-  LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper split forward: dv in whole blocks of 64");
-  const size_t stateBytes = size_t(p.slots) * p.heads * DK * p.value_dim * sizeof(T);
-  const Workspace workspace(stateBytes, stream);
+/// The output stage over p's chunk slots, S_c from `states` ([slots, H, dk, dv]); kSegmented: plus
+/// exp(g_c) Q S_start, S_start from `starts` ([N, H, dk, dv], N = p's sequences) and g_c from
+/// chunkStart ([slots, H]).
+template <class T, int DK, class Decay, bool kSegmented>
+void launchChunkOutput(const ForwardParams& p, const void* states, const void* starts, const float* chunkStart,
+                       cudaStream_t stream) {
+  using Tiles = ChunkOutputTiles<T, DK, kSegmented>;
+  typename Tiles::Maps maps{};
+  const TokenExtent layout = tokenExtent(p);
+  const int64_t stateDims[2] = {p.value_dim, p.slots * p.heads * DK}, stateStride[1] = {p.value_dim};
+  const int64_t startDims[2] = {p.value_dim, int64_t(p.num_seqs) * p.heads * DK};
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, Tiles::VB>(&maps.v, p.v, p.value_dim, p.heads, layout, kChunk) &&
+                  encodeBoxMap<T, Tiles::VB>(&maps.s, states, 2, stateDims, stateStride, 1, DK) &&
+                  (!kSegmented || encodeBoxMap<T, Tiles::VB>(&maps.start, starts, 2, startDims, stateStride, 1, DK));
+  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the output stage's operands");
+  auto kernel = chunkOutputKernel<T, DK, Decay, kSegmented>;
+  LINAC_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles::kSmemBytes)));
+  const dim3 grid(unsigned(p.slots), p.heads, unsigned(p.value_dim / Tiles::VB));
+  kernel<<<grid, kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(p, chunkStart, maps);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::chunkOutputKernel");
+}
 
+/// The state pass's parameters for p's sequences (h0, ht as p has them).
+template <int DK>
+BackwardParams statePassParams(const ForwardParams& p, void* states) {
   BackwardParams s{};
   s.q = p.q;
   s.k = p.k;
@@ -49,7 +75,7 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
   s.g = p.g;
   s.h0 = p.h0;
   s.ht = p.ht;
-  s.states = workspace.data();
+  s.states = states;
   s.cu_seqlens = p.cu_seqlens;
   s.seq_len = p.seq_len;
   s.chunks_per_seq = p.chunks_per_seq;
@@ -58,37 +84,94 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
   s.key_dim = DK;
   s.value_dim = p.value_dim;
   s.scale = p.scale;
+  return s;
+}
+
+/// The state pass over p's sequences, value blocks of 32 or (where 32 leave SMs idle) 16.
+template <class T, int DK, class Decay>
+void runStatePass(const BackwardParams& s, cudaStream_t stream) {
   constexpr int kWide = 32;
-  if (int64_t(p.value_dim / kWide) * p.heads * p.num_seqs < multiprocessorCount())
+  if (int64_t(s.value_dim / kWide) * s.heads * s.num_seqs < multiprocessorCount())
     launchSplitStatePass<T, DK, kThinValueBlock, Decay>(s, stream);
   else
     launchSplitStatePass<T, DK, kWide, Decay>(s, stream);
-
-  using Tiles = ChunkOutputTiles<T, DK>;
-  typename Tiles::Maps maps{};
-  const TokenExtent layout = tokenExtent(p);
-  const int64_t stateDims[2] = {p.value_dim, p.slots * p.heads * DK}, stateStride[1] = {p.value_dim};
-  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, layout, kChunk) &&
-                  encodeTokenMap<T, DK>(&maps.k, p.k, DK, p.heads, layout, kChunk) &&
-                  encodeTokenMap<T, Tiles::VB>(&maps.v, p.v, p.value_dim, p.heads, layout, kChunk) &&
-                  encodeBoxMap<T, Tiles::VB>(&maps.s, s.states, 2, stateDims, stateStride, 1, DK);
-  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the output stage's operands");
-  auto kernel = chunkOutputKernel<T, DK, Decay>;
-  LINAC_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles::kSmemBytes)));
-  const dim3 grid(unsigned(p.slots), p.heads, unsigned(p.value_dim / Tiles::VB));
-  kernel<<<grid, kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(p, maps);
-  LINAC_CUDA_CHECK_LAUNCH("hopper::chunkOutputKernel");
 }
 
+template <class T, int DK, class Decay>
+void runSplitStages(ForwardParams p, cudaStream_t stream) {
+  LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper split forward: dv in whole blocks of 64");
+  const size_t stateBytes = size_t(p.slots) * p.heads * DK * p.value_dim * sizeof(T);
+  const Workspace workspace(stateBytes, stream);
+
+  const BackwardParams s = statePassParams<DK>(p, workspace.data());
+  runStatePass<T, DK, Decay>(s, stream);
+  launchChunkOutput<T, DK, Decay, false>(p, s.states, nullptr, nullptr, stream);
+}
+
+/// The forward in `segments` segments a sequence (forward.cu chooses; at least two), each a whole
+/// number of chunks; a padded batch only.
+template <class T, int DK, class Decay>
+void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream) {
+  LINAC_REQUIRE(p.cu_seqlens == nullptr && segments > 1, "hopper segmented forward: a padded batch in segments");
+  LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
+  const int64_t chunksPerSegment = (p.chunks_per_seq + segments - 1) / segments;
+  segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
+  const int64_t segLen = chunksPerSegment * kChunk, tokens = p.tokens;
+  const int pseudo = p.num_seqs * segments;
+
+  // The segments as a packed batch of pseudo-sequences over the same [B T] token rows.
+  ForwardParams q = p;
+  q.num_seqs = pseudo;
+  q.seq_len = tokens;
+  q.slots = (tokens + kChunk - 1) / kChunk + pseudo;
+  q.h0 = nullptr;
+  const int64_t stateSize = int64_t(DK) * p.value_dim;
+  const size_t cuBytes = (size_t(pseudo + 1) * sizeof(int64_t) + 15) / 16 * 16;
+  const size_t localBytes = size_t(q.slots) * p.heads * stateSize * sizeof(T);
+  const size_t endBytes = size_t(pseudo) * p.heads * stateSize * sizeof(float);
+  const size_t startBytes = size_t(pseudo) * p.heads * stateSize * sizeof(T);
+  const size_t chunkStartBytes = (size_t(q.slots) * p.heads * sizeof(float) + 15) / 16 * 16;
+  const size_t totalBytes = size_t(pseudo) * p.heads * sizeof(float);
+  const Workspace workspace(cuBytes + localBytes + endBytes + startBytes + chunkStartBytes + totalBytes, stream);
+  uint8_t* at = workspace.data();
+  auto take = [&](size_t bytes) {
+    uint8_t* part = at;
+    at += bytes;
+    return part;
+  };
+  int64_t* cu = reinterpret_cast<int64_t*>(take(cuBytes));
+  void* local = take(localBytes);
+  float* ends = reinterpret_cast<float*>(take(endBytes));
+  T* starts = reinterpret_cast<T*>(take(startBytes));
+  float* chunkStart = reinterpret_cast<float*>(take(chunkStartBytes));
+  float* total = reinterpret_cast<float*>(take(totalBytes));
+  q.cu_seqlens = cu;
+
+  segmentBoundsKernel<<<(pseudo + 1 + kSegmentThreads - 1) / kSegmentThreads, kSegmentThreads, 0, stream>>>(
+      cu, p.num_seqs, segments, p.seq_len, segLen);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentBoundsKernel");
+  segmentDecayKernel<Decay><<<dim3(pseudo, p.heads), kSegmentThreads, 0, stream>>>(q, p.g, chunkStart, total);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentDecayKernel");
+  BackwardParams s = statePassParams<DK>(q, local);
+  s.ht = ends;  // each segment's end state from zero
+  runStatePass<T, DK, Decay>(s, stream);
+  const unsigned blocks = unsigned((stateSize + 4 * kSegmentThreads - 1) / (4 * kSegmentThreads));
+  segmentStartKernel<T><<<dim3(blocks, p.heads, p.num_seqs), kSegmentThreads, 0, stream>>>(
+      p.h0, ends, total, starts, p.ht, segments, p.heads, stateSize);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentStartKernel");
+  launchChunkOutput<T, DK, Decay, true>(q, local, starts, chunkStart, stream);
+}
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper: the split form at every key dim and decay
 // class for one element type.
-#define LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, DK)                             \
-  template void runSplitStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);          \
-  template void runSplitStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);       \
-  template void runSplitStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);
+#define LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, DK)                                     \
+  template void runSplitStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);                  \
+  template void runSplitStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);               \
+  template void runSplitStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);              \
+  template void runSegmentedStages<T, DK, NoDecay>(ForwardParams, int, cudaStream_t);         \
+  template void runSegmentedStages<T, DK, FixedDecay>(ForwardParams, int, cudaStream_t);      \
+  template void runSegmentedStages<T, DK, ScalarDecay>(ForwardParams, int, cudaStream_t);
 #define LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE(T)    \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 64)   \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 128)  \
