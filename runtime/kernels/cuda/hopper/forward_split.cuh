@@ -161,6 +161,7 @@ void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream) {
   LINAC_CUDA_CHECK_LAUNCH("hopper::segmentStartKernel");
   launchChunkOutput<T, DK, Decay, true>(q, local, starts, chunkStart, stream);
 }
+
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper: the split form at every key dim and decay
