@@ -16,26 +16,10 @@
 
 namespace linac::kernels::cuda::hopper {
 
-constexpr int kScanValueBlock = 32;  // value columns per CTA of the state passes
-
 template <class Kernel>
 void setBackwardSmem(Kernel kernel, size_t bytes) {
   LINAC_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
-/// One state pass's tensor maps (state_scan.cuh): x and y of [sequences, tokens, H, width], a
-/// packed batch one sequence of all its tokens.
-template <class T, int DK, int BV>
-typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, const void* x, const void* y) {
-  typename StateScanTiles<T, DK, BV>::Maps maps{};
-  const TokenExtent layout = tokenExtent(p);
-  const bool ok = encodeTokenMap<T, DK>(&maps.x, x, DK, p.heads, layout, kChunk) &&
-                  encodeTokenMap<T, BV>(&maps.y, y, p.value_dim, p.heads, layout, kChunk);
-  LINAC_REQUIRE(ok, "hopper backward: no tensor map for the state passes' operands (a driver "
-                    "without cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than "
-                    "2^31 rows)");
-  return maps;
 }
 
 /// The gradient stage's tensor maps (chunk_grad.cuh), once p's state workspaces are set.

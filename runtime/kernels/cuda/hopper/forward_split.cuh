@@ -22,21 +22,15 @@
 
 namespace linac::kernels::cuda::hopper {
 
-/// The state pass's value block: 32 columns, or kThinValueBlock where blocks of 32 make fewer
-/// CTAs than SMs (the chain of chunks is the pass's time there).
+/// The forward state pass (state_scan.cuh) in value blocks of BV columns.
 template <class T, int DK, int BV, class Decay>
 void launchSplitStatePass(const BackwardParams& s, cudaStream_t stream) {
   using Tiles = StateScanTiles<T, DK, BV>;
-  typename Tiles::Maps maps{};
-  const TokenExtent layout = tokenExtent(s);
-  const bool ok = encodeTokenMap<T, DK>(&maps.x, s.k, DK, s.heads, layout, kChunk) &&
-                  encodeTokenMap<T, BV>(&maps.y, s.v, s.value_dim, s.heads, layout, kChunk);
-  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the state pass's operands (a driver without "
-                    "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
   auto kernel = stateScanKernel<T, DK, BV, Decay, false>;
   LINAC_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles::kSmemBytes)));
-  kernel<<<dim3(s.value_dim / BV, s.heads, s.num_seqs), kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(s, maps);
+  kernel<<<dim3(s.value_dim / BV, s.heads, s.num_seqs), kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(
+      s, stateScanMaps<T, DK, BV>(s, s.k, s.v));
   LINAC_CUDA_CHECK_LAUNCH("hopper::stateScanKernel (split forward)");
 }
 
@@ -87,14 +81,14 @@ BackwardParams statePassParams(const ForwardParams& p, void* states) {
   return s;
 }
 
-/// The state pass over p's sequences, value blocks of 32 or (where 32 leave SMs idle) 16.
+/// The state pass over p's sequences, value blocks of kScanValueBlock, or of kThinValueBlock where
+/// those make fewer CTAs than SMs (the chain of chunks is the pass's time there).
 template <class T, int DK, class Decay>
 void runStatePass(const BackwardParams& s, cudaStream_t stream) {
-  constexpr int kWide = 32;
-  if (int64_t(s.value_dim / kWide) * s.heads * s.num_seqs < multiprocessorCount())
+  if (int64_t(s.value_dim / kScanValueBlock) * s.heads * s.num_seqs < multiprocessorCount())
     launchSplitStatePass<T, DK, kThinValueBlock, Decay>(s, stream);
   else
-    launchSplitStatePass<T, DK, kWide, Decay>(s, stream);
+    launchSplitStatePass<T, DK, kScanValueBlock, Decay>(s, stream);
 }
 
 template <class T, int DK, class Decay>

@@ -16,12 +16,15 @@
 #pragma once
 
 #include "../chunk_slots.cuh"
+#include "../cuda_check.h"
 #include "backward_params.h"
 #include "chunk_decay.cuh"
 #include "tiles.cuh"
 #include "tma.cuh"
 
 namespace linac::kernels::cuda::hopper {
+
+constexpr int kScanValueBlock = 32;  // value columns per CTA of the state passes (16 on small grids)
 
 template <class T, int DK, int BV>
 struct StateScanTiles {
@@ -177,6 +180,19 @@ __device__ __forceinline__ void stateScanPass(const BackwardParams& p, const typ
 
   float* last = kReverse ? p.dh0 : p.ht;
   if (last) storeStateBlock<Mma>(acc, cS, last + stateOffset, DV);
+}
+
+/// One state pass's tensor maps: x and y of [sequences, tokens, H, width], a packed batch one
+/// sequence of all its tokens.
+template <class T, int DK, int BV>
+typename StateScanTiles<T, DK, BV>::Maps stateScanMaps(const BackwardParams& p, const void* x, const void* y) {
+  typename StateScanTiles<T, DK, BV>::Maps maps{};
+  const TokenExtent layout = tokenExtent(p);
+  const bool ok = encodeTokenMap<T, DK>(&maps.x, x, DK, p.heads, layout, kChunk) &&
+                  encodeTokenMap<T, BV>(&maps.y, y, p.value_dim, p.heads, layout, kChunk);
+  LINAC_REQUIRE(ok, "hopper state pass: no tensor map for its operands (a driver without "
+                    "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
+  return maps;
 }
 
 template <class T, int DK, int BV, class Decay, bool kReverse>
