@@ -29,7 +29,10 @@ FORWARD_COLUMNS = {"default": "linac-default", "blk-inv": "linac-block-inverse (
                    "narrow": "linac-narrow-state (LINAC_HOPPER_NARROW_STATE=1)",
                    "blocks32": "linac-state-blocks-of-32 (LINAC_HOPPER_NARROW_STATE=0)",
                    "split": "linac-split-forward (LINAC_HOPPER_SPLIT_STATE=1)",
+                   # 'segments' while the segmented forward was opt-in (session 36's first call),
+                   # 'whole' since it is the default where it applies
                    "segments": "linac-segmented-forward (LINAC_HOPPER_SEGMENTS=1)",
+                   "whole": "linac-whole-sequences (LINAC_HOPPER_SEGMENTS=0)",
                    "mma.sync": "linac-mma.sync (LINAC_HOPPER=0)"}
 BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
                     "hopper bwd": ("bwd_ms", "linac-default"),

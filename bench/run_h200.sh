@@ -325,7 +325,7 @@ lab() {
     python3 bench/ncu_source_top.py "$OUT/ncu_source_$tag.csv" | head -40
   done
   for item in ${PROFILE:-}; do
-    phase 90 ncu --kernel-name-base demangled --kernel-name "regex:${item#*:}" --launch-count "${PROFILE_COUNT:-2}" \
+    phase 90 ncu --kernel-name-base demangled --kernel-name "regex:${item#*:}" --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-2}" \
       --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section LaunchStats \
       ./build-cuda/linac_cuda_lab --bench-only ${PROFILE_ARGS---no-bwd} --bench-rows "${item%%:*}" \

@@ -119,7 +119,7 @@ def check_lab_rows():
     fwd = "%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n"
     bwd = "%-30s %10s %10s %10s %10s %10s %10s %8s\n"
     log = (fwd % ("kind", "B,T,H,D", "default", "column", "overlap", "early", "inline", "blocks32",
-                  "split", "segments", "mma.sync", "fla")
+                  "split", "whole", "mma.sync", "fla")
            + fwd % ("RetNet   additive-fixed", "2,16384,4,128", "0.350", "-", "-", "-", "0.743", "0.401",
                     "0.210", "0.150", "1.900", "-")
            + bwd % ("kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio")
@@ -138,7 +138,7 @@ def check_lab_rows():
     assert by[("retnet", "additive-fixed", "linac-inline-scores", 16384, 128)]["fwd_ms"] == 0.743, rows
     assert by[("retnet", "additive-fixed", "linac-state-blocks-of-32", 16384, 128)]["fwd_ms"] == 0.401, rows
     assert by[("retnet", "additive-fixed", "linac-split-forward", 16384, 128)]["fwd_ms"] == 0.21, rows
-    assert by[("retnet", "additive-fixed", "linac-segmented-forward", 16384, 128)]["fwd_ms"] == 0.15, rows
+    assert by[("retnet", "additive-fixed", "linac-whole-sequences", 16384, 128)]["fwd_ms"] == 0.15, rows
     # 'alt' of the additive rule: its state passes in two launches, without d_g where the decay is
     # not learned
     assert by[("mamba2", "additive-scalar", "linac-two-state-launches", 16384, 128)]["bwd_ms"] == 2.4, rows

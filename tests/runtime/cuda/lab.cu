@@ -834,16 +834,22 @@ void bench() {
     const double ms = withHopper(true, run), old = withHopper(false, run);
     const bool delta = kind.update == UpdateRule::Delta;
     char column[16] = "-", overlap[16] = "-", early[16] = "-", inline_[16] = "-", blocks32[16] = "-",
-         split[16] = "-", segments[16] = "-";
+         split[16] = "-", whole[16] = "-";
     int smCount = 0;
     LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
+    // the additive rule's other paths over whole sequences (segments, its default where they
+    // apply, would take their place)
+    const bool additive = !delta && kind.decay != DecayClass::Diagonal;
+    auto unsegmented = [&](const char* name, const char* value) {
+      return withEnv(name, value, [&] { return additive ? withEnv("LINAC_HOPPER_SEGMENTS", "0", run) : run(); });
+    };
     if (dk <= 128 && (dv / 32) * H * B < smCount)  // the state stage's blocks of 16 apply
-      std::snprintf(blocks32, sizeof blocks32, "%.3f", withEnv("LINAC_HOPPER_NARROW_STATE", "0", run));
-    if (!delta && kind.decay != DecayClass::Diagonal) {
-      std::snprintf(inline_, sizeof inline_, "%.3f", withEnv("LINAC_HOPPER_PREPARED_SCORES", "0", run));
-      std::snprintf(split, sizeof split, "%.3f", withEnv("LINAC_HOPPER_SPLIT_STATE", "1", run));
-      if ((dv / 32) * H * B < smCount)  // segments apply
-        std::snprintf(segments, sizeof segments, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "1", run));
+      std::snprintf(blocks32, sizeof blocks32, "%.3f", unsegmented("LINAC_HOPPER_NARROW_STATE", "0"));
+    if (additive) {
+      std::snprintf(inline_, sizeof inline_, "%.3f", unsegmented("LINAC_HOPPER_PREPARED_SCORES", "0"));
+      std::snprintf(split, sizeof split, "%.3f", unsegmented("LINAC_HOPPER_SPLIT_STATE", "1"));
+      if ((dv / 16) * H * B < smCount)  // segments apply (forward.cu, segmentsFor)
+        std::snprintf(whole, sizeof whole, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "0", run));
     }
     if (delta) {
       std::snprintf(column, sizeof column, "%.3f", withEnv("LINAC_HOPPER_BLOCK_INVERSE", "0", run));
@@ -856,7 +862,7 @@ void bench() {
     if (dk == dv) std::snprintf(dims, sizeof dims, "%d,%d,%d,%d", B, T, H, dk);
     else std::snprintf(dims, sizeof dims, "%d,%d,%d,%dx%d", B, T, H, dk, dv);
     std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column,
-                overlap, early, inline_, blocks32, split, segments, old, fla);
+                overlap, early, inline_, blocks32, split, whole, old, fla);
   };
   struct Shape { int B, T, H, D; };
   const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
@@ -871,10 +877,11 @@ void bench() {
               " state stage, not by their chunk-parallel preparation; 'blocks32':\n"
               " LINAC_HOPPER_NARROW_STATE=0, the state stage in value blocks of 32 where the default takes\n"
               " 16 because 32 leave SMs idle; 'split': LINAC_HOPPER_SPLIT_STATE=1, the additive rule's\n"
-              " state pass with K^T V alone, then every chunk's output in parallel; 'segments':\n"
-              " LINAC_HOPPER_SEGMENTS=1, those stages over segments of each sequence, scanned)\n");
+              " state pass with K^T V alone, then every chunk's output in parallel; 'whole':\n"
+              " LINAC_HOPPER_SEGMENTS=0, the additive rule's default stages over whole sequences where\n"
+              " the default runs the split stages over segments of each sequence, scanned)\n");
   std::printf("%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "kind", "B,T,H,D", "default",
-              "column", "overlap", "early", "inline", "blocks32", "split", "segments", "mma.sync", "fla");
+              "column", "overlap", "early", "inline", "blocks32", "split", "whole", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
       if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
@@ -1103,11 +1110,17 @@ int main(int argc, char** argv) {
         runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
         return 0.0;
       });
-      // ... and in segments (segment_scan.cuh; LINAC_HOPPER_SEGMENTS=1 until it has run): three
-      // segments of one chunk each, the last partial; two at dk 256 with a fixed decay
+      // ... and in segments (segment_scan.cuh; pinned, as its default applies by grid size):
+      // three segments of one chunk each, the last partial; two at dk 256 with a fixed decay
       withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
         runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
+        return 0.0;
+      });
+      // ... and the fused state-and-output stage over whole sequences (the segments' default
+      // takes the padded cases at these grid sizes)
+      withEnv("LINAC_HOPPER_SEGMENTS", "0", [] {
+        runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 64, 128, {}});
         return 0.0;
       });
       c.kind = {DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive};
@@ -1206,7 +1219,7 @@ int main(int argc, char** argv) {
         }
         return 0.0;
       });
-      // in segments (LINAC_HOPPER_SEGMENTS=1; padded batches, where the state stage's grid leaves
+      // in segments (pinned; the default for padded batches where the state stage's grid leaves
       // SMs idle): T a multiple of the chunk and not, fp16 at dk 256, strong gates, without h0
       withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
         for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
@@ -1217,6 +1230,19 @@ int main(int argc, char** argv) {
           Case s{ad, DType::BF16, 2, 330, 2, 128, 128, {}};
           s.gmul = 10; s.gclamp = -20; runChunkCase(s);
           runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
+        }
+        return 0.0;
+      });
+      // ... and over whole sequences (LINAC_HOPPER_SEGMENTS=0), the fused state-and-output stage
+      // that the padded cases above would otherwise leave to segments at these grid sizes
+      withEnv("LINAC_HOPPER_SEGMENTS", "0", [] {
+        for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+          const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
+          runChunkCase({ad, DType::BF16, 2, 150, 2, 64, 128, {}});
+          runChunkCase({ad, DType::F16, 2, 100, 1, 256, 256, {}});
+          Case s{ad, DType::BF16, 2, 130, 2, 128, 128, {}};
+          s.gmul = 10; s.gclamp = -20; runChunkCase(s);
+          runChunkCase({ad, DType::BF16, 2, 128, 1, 64, 64, {}, 1.0, -1e30, 0.0, false});
         }
         return 0.0;
       });

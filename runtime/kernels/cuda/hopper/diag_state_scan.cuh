@@ -250,13 +250,13 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
 
 /// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it):
 /// value blocks of 64 columns, or of 32 where blocks of 64 would leave multiprocessors without a
-/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32); at
-/// dk 256 of 32 (the [256, 32] accumulator is 64 registers a thread) or 16. DV is the gradient
-/// stage's value tile; p.value_dim, a multiple of it, sizes the grid.
+/// CTA (long sequences with few heads: B2 H4 dv 128 makes 32 CTAs of 64 columns, 64 of 32). At dk
+/// 256 too (the [256, 64] accumulator is 128 registers a thread): every value block's CTA loads
+/// and scales the same keys and log-decays, so the wider block halves that work per column.
+/// DV is the gradient stage's value tile; p.value_dim, a multiple of it, sizes the grid.
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
-  constexpr int kBlock = DK > 128 ? kDiagScanValueBlock / 2 : kDiagScanValueBlock;
-  constexpr int kWide = DV < kBlock ? DV : kBlock, kNarrow = kWide / 2;
+  constexpr int kWide = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock, kNarrow = kWide / 2;
   const int smCount = multiprocessorCount();
   if (int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs < smCount)
     launchDiagStateScan<T, DK, kNarrow>(p, stream);

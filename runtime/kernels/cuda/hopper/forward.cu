@@ -179,11 +179,12 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     // the fused stage's 0.315 at B2 T16384 H4 D128 and slower at the other shapes (session 35),
     // the chain's per-chunk latency, not its products, being the time; its two stages are meant
     // for a segment-parallel form.
-    // In segments (LINAC_HOPPER_SEGMENTS=1, segment_scan.cuh; written in session 35, not yet run):
-    // the same stages over segments of each sequence run from zero state, their start states
-    // from a scan over segments, so the chain is a segment long, where the state stage's grid
-    // leaves SMs idle.
-    const int segments = envSwitch("LINAC_HOPPER_SEGMENTS", false) ? segmentsFor(s, num_seqs, p.chunks_per_seq) : 1;
+    // In segments, the default where the state stage's grid leaves SMs idle (segment_scan.cuh;
+    // =0 turns them off): the same stages over segments of each sequence run from zero state,
+    // their start states from a scan over segments, so the chain is a segment long. On an H100
+    // (bench/NOTES.md, session 36) RetNet 0.257 against 0.316 ms, Mamba-2 0.242 against 0.348 at
+    // B2 T16384 H4 D128.
+    const int segments = envSwitch("LINAC_HOPPER_SEGMENTS", true) ? segmentsFor(s, num_seqs, p.chunks_per_seq) : 1;
     if (segments > 1 || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
       if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segments, stream);
       else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segments, stream);

@@ -13,9 +13,9 @@
 // preparation, or from the state stage with LINAC_HOPPER_PREPARED_SCORES=0 (=auto: timed the same
 // way); with LINAC_HOPPER_SPLIT_STATE=1 they run the split form instead: a state pass carrying
 // K^T V alone, then every chunk's output in parallel (forward_split.cuh; correct, but slower than
-// the fused stage on an H100: kernels/cuda/NOTES.md, session 35), and with LINAC_HOPPER_SEGMENTS=1
-// (opt-in until it has run on a GPU) those stages over segments of each sequence of a padded batch
-// where the state stage's grid leaves SMs idle (segment_scan.cuh).
+// the fused stage on an H100: kernels/cuda/NOTES.md, session 35). Where the state stage's grid
+// leaves SMs idle (a padded batch of few sequences and heads), those stages run over segments of
+// each sequence by default (segment_scan.cuh; LINAC_HOPPER_SEGMENTS=0 keeps whole sequences).
 #pragma once
 
 #include "../../common/recurrence.h"
