@@ -848,7 +848,7 @@ void bench() {
     if (additive) {
       std::snprintf(inline_, sizeof inline_, "%.3f", unsegmented("LINAC_HOPPER_PREPARED_SCORES", "0"));
       std::snprintf(split, sizeof split, "%.3f", unsegmented("LINAC_HOPPER_SPLIT_STATE", "1"));
-      if ((dv / 16) * H * B < smCount)  // segments apply (forward.cu, segmentsFor)
+      if ((dv / 16) * H * B < smCount)  // segments apply (forward.cu, segmentsApply)
         std::snprintf(whole, sizeof whole, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "0", run));
     }
     if (delta) {
@@ -1115,7 +1115,11 @@ int main(int argc, char** argv) {
       withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
         runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
-        return 0.0;
+        // two segments, the first of two chunks (its second chunk's decay from the segment's start)
+        return withEnv("LINAC_HOPPER_SEGMENT_COUNT", "2", [] {
+          runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
+          return 0.0;
+        });
       });
       // ... and the fused state-and-output stage over whole sequences (the segments' default
       // takes the padded cases at these grid sizes)
@@ -1231,6 +1235,21 @@ int main(int argc, char** argv) {
           s.gmul = 10; s.gclamp = -20; runChunkCase(s);
           runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
         }
+        // the count pinned, so segments span several chunks (the default's count makes one-chunk
+        // segments at these sizes): 2 and 3 a sequence, the last one partial or shorter
+        for (const char* count : {"2", "3"})
+          withEnv("LINAC_HOPPER_SEGMENT_COUNT", count, [] {
+            for (auto de : {DecayClass::Fixed, DecayClass::Scalar}) {
+              const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
+              runChunkCase({ad, DType::BF16, 2, 640, 2, 64, 128, {}});
+              runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 64, {}});
+              runChunkCase({ad, DType::F16, 2, 300, 1, 256, 256, {}});
+              Case s{ad, DType::BF16, 2, 330, 2, 128, 128, {}};
+              s.gmul = 10; s.gclamp = -20; runChunkCase(s);
+              runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
+            }
+            return 0.0;
+          });
         return 0.0;
       });
       // ... and over whole sequences (LINAC_HOPPER_SEGMENTS=0), the fused state-and-output stage

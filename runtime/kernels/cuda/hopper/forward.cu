@@ -27,7 +27,7 @@ void runDiagonalStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK, class Decay>
 void runSplitStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK, class Decay>
-void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream);
+void runSegmentedStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -72,12 +72,12 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
 }
 
 /// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar, in
-/// `segments` segments a sequence where that is above 1.
+/// segments of each sequence where `segmented`.
 template <class T>
-void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, int segments, cudaStream_t stream) {
+void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, bool segmented, cudaStream_t stream) {
   auto dims = [&]<class Decay>() {
     auto at = [&]<int DK>() {
-      if (segments > 1) runSegmentedStages<T, DK, Decay>(p, segments, stream);
+      if (segmented) runSegmentedStages<T, DK, Decay>(p, stream);
       else runSplitStages<T, DK, Decay>(p, stream);
     };
     if (key_dim == 64) at.template operator()<64>();
@@ -92,16 +92,12 @@ void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, i
   }
 }
 
-/// Segments a sequence for the additive rule's segmented forward: where the state stage's value
-/// blocks of 32 make fewer CTAs than SMs (a padded batch), enough that the segmented state pass
-/// fills the SMs twice over, at most one a chunk; else 1 (no segments).
-int segmentsFor(const RecurrenceShape& s, int64_t num_seqs, int64_t chunks) {
-  if (s.cu_seqlens != nullptr) return 1;
+/// Whether the additive rule's forward runs in segments (forward_split.cuh chooses how many): a
+/// padded batch of at least two chunks a sequence whose fused state stage, even in value blocks of
+/// 16, makes fewer CTAs than SMs.
+bool segmentsApply(const RecurrenceShape& s, int64_t num_seqs, int64_t chunks) {
   const int64_t ctas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
-  const int64_t sms = multiprocessorCount();
-  if (ctas >= sms) return 1;
-  const int64_t wanted = (2 * sms + ctas - 1) / ctas;
-  return int(wanted < chunks ? wanted : chunks);
+  return s.cu_seqlens == nullptr && chunks > 1 && ctas < multiprocessorCount();
 }
 
 /// The diagonal decay's stages, on unless LINAC_HOPPER_DIAG=0 (for A/B runs).
@@ -184,10 +180,11 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     // their start states from a scan over segments, so the chain is a segment long. On an H100
     // (bench/NOTES.md, session 36) RetNet 0.257 against 0.316 ms, Mamba-2 0.242 against 0.348 at
     // B2 T16384 H4 D128.
-    const int segments = envSwitch("LINAC_HOPPER_SEGMENTS", true) ? segmentsFor(s, num_seqs, p.chunks_per_seq) : 1;
-    if (segments > 1 || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
-      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segments, stream);
-      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segments, stream);
+    const bool segmented =
+        envSwitch("LINAC_HOPPER_SEGMENTS", true) && segmentsApply(s, num_seqs, p.chunks_per_seq);
+    if (segmented || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
+      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segmented, stream);
+      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segmented, stream);
       return;
     }
     // The chunk scores formed by a chunk-parallel stage first (scores_prepare.cuh), or on the

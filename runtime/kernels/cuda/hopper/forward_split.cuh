@@ -20,6 +20,9 @@
 #include "segment_scan.cuh"
 #include "state_scan.cuh"
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace linac::kernels::cuda::hopper {
 
 /// The forward state pass (state_scan.cuh) in value blocks of BV columns.
@@ -102,14 +105,31 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
   launchChunkOutput<T, DK, Decay, false>(p, s.states, nullptr, nullptr, stream);
 }
 
-/// The forward in `segments` segments a sequence (forward.cu chooses; at least two), each a whole
-/// number of chunks; a padded batch only.
+/// Segments a sequence: enough that the segmented state pass (value blocks of kScanValueBlock)
+/// puts on every SM as many CTAs as its shared memory holds, in one wave -- the chain is then as
+/// short as one wave makes it; more segments would add a wave, not shorten it. At least two, at
+/// most one a chunk (p.chunks_per_seq >= 2). LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B
+/// runs and the lab's cases).
+template <class T, int DK>
+int segmentCount(const ForwardParams& p) {
+  constexpr int perSm =
+      int(kSharedBytesPerSm / (StateScanTiles<T, DK, kScanValueBlock>::kSmemBytes + kSharedBytesReservedPerCta));
+  const int64_t perSegment = int64_t(p.value_dim / kScanValueBlock) * p.heads * p.num_seqs;  // its CTAs
+  const char* pinned = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
+  const int64_t wanted = pinned ? std::atoll(pinned) : int64_t(perSm) * multiprocessorCount() / perSegment;
+  return int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq));
+}
+
+/// The forward in segments of each sequence (segmentCount), each a whole number of chunks; a
+/// padded batch of at least two chunks a sequence (forward.cu says when).
 template <class T, int DK, class Decay>
-void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream) {
-  LINAC_REQUIRE(p.cu_seqlens == nullptr && segments > 1, "hopper segmented forward: a padded batch in segments");
+void runSegmentedStages(ForwardParams p, cudaStream_t stream) {
+  LINAC_REQUIRE(p.cu_seqlens == nullptr && p.chunks_per_seq > 1,
+                "hopper segmented forward: a padded batch of at least two chunks a sequence");
   LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
-  const int64_t chunksPerSegment = (p.chunks_per_seq + segments - 1) / segments;
-  segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
+  const int wanted = segmentCount<T, DK>(p);
+  const int64_t chunksPerSegment = (p.chunks_per_seq + wanted - 1) / wanted;
+  const int segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
   const int64_t segLen = chunksPerSegment * kChunk, tokens = p.tokens;
   const int pseudo = p.num_seqs * segments;
 
@@ -164,9 +184,9 @@ void runSegmentedStages(ForwardParams p, int segments, cudaStream_t stream) {
   template void runSplitStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);                  \
   template void runSplitStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);               \
   template void runSplitStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);              \
-  template void runSegmentedStages<T, DK, NoDecay>(ForwardParams, int, cudaStream_t);         \
-  template void runSegmentedStages<T, DK, FixedDecay>(ForwardParams, int, cudaStream_t);      \
-  template void runSegmentedStages<T, DK, ScalarDecay>(ForwardParams, int, cudaStream_t);
+  template void runSegmentedStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);              \
+  template void runSegmentedStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);           \
+  template void runSegmentedStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);
 #define LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE(T)    \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 64)   \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 128)  \
