@@ -45,7 +45,10 @@ BACKWARD_COLUMNS = {"bwd ms": ("bwd_ms", "linac-mma.sync (LINAC_HOPPER_BWD=0)"),
 # the additive rule's (decay none / fixed / scalar) since session 35: its state passes in two
 # launches, timed with d_g where training learns the decay (so RetNet's beside 'bwd no-dg')
 ALT_BACKENDS = {"delta": "linac-fused-reverse-pass (LINAC_HOPPER_FUSED_REVERSE=1)",
-                "diag": "linac-diagonal-grad-by-key-block (LINAC_HOPPER_DIAG_SPLIT=1)",
+                # the diagonal decay's: session 27's logs timed its gradient by key block
+                # (LINAC_HOPPER_DIAG_SPLIT=1); since session 36 its state passes over whole
+                # sequences where they default to segments
+                "diag": "linac-diagonal-whole-sequences (LINAC_HOPPER_SEGMENTS=0)",
                 "additive": "linac-two-state-launches (LINAC_HOPPER_JOINT_STATE=0)"}
 UNLEARNED_DECAYS = ("additive-none", "additive-fixed")  # the lab's rows time them without d_g
 WIDE_HEADS = "340m heads"  # a variant at its 340m preset's heads: its own kind and shape

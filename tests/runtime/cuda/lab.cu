@@ -933,7 +933,8 @@ void benchBackward() {
               " wgmma backward where it applies)\n");
   std::printf("(alt: the delta rule's stages 3 and 4 as one reverse pass, LINAC_HOPPER_FUSED_REVERSE=1;\n"
               " the additive rule's two state passes in two launches, LINAC_HOPPER_JOINT_STATE=0, with\n"
-              " dg where training learns the decay: compare with 'bwd no-dg' for RetNet)\n");
+              " dg where training learns the decay: compare with 'bwd no-dg' for RetNet; the diagonal\n"
+              " decay's state passes over whole sequences, LINAC_HOPPER_SEGMENTS=0, where they take segments)\n");
   std::printf("(fla f+b: fla 0.6.0 on an H200, 2026-12-03, an anchor from another call; fla's ops timed\n"
               " beside the lab in one call: bench/run_h200.sh lab, bench/compare.py)\n");
   std::printf("%-30s %10s %10s %10s %10s %10s %10s %8s\n", "kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd",
@@ -970,8 +971,14 @@ void benchBackward() {
     const double hms = backward();
     // alt: the delta rule's stages 3 and 4 as one pass (dk and dv <= 128); the additive rule's
     // state passes in two launches (decay none / fixed / scalar; with dg where training learns
-    // the decay, as fwd+bwd: a fixed decay's dg takes the mma.sync passes)
+    // the decay, as fwd+bwd: a fixed decay's dg takes the mma.sync passes); the diagonal decay's
+    // state passes over whole sequences where they default to segments (diag_state_scan.cuh:
+    // fewer than half the SMs' worth of CTAs of 64 columns)
     char alt[16] = "-";
+    int smCount = 0;
+    LINAC_CUDA_CHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
+    if (r.kind.decay == DecayClass::Diagonal && 2 * (DV / 64) * H * 2 * B < smCount)
+      std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "0", backward));
     if (r.kind.update == UpdateRule::Delta && DK <= 128 && DV <= 128)
       std::snprintf(alt, sizeof alt, "%.3f", withEnv("LINAC_HOPPER_FUSED_REVERSE", "1", backward));
     if (r.kind.update == UpdateRule::Additive && r.kind.decay != DecayClass::Diagonal)
@@ -1152,6 +1159,12 @@ int main(int argc, char** argv) {
         // partial chunks, dk 128 > dv
         runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 1, 150, 1, 128, 64,
                     {0, 20, 150}});
+        // ... its state passes in segments (a padded batch at this grid size), two a sequence
+        withEnv("LINAC_HOPPER_SEGMENT_COUNT", "2", [] {
+          runBwdCase({{DecayClass::Diagonal, UpdateRule::Additive, Readout::ExclusiveBonus}, DType::BF16, 2, 150, 1, 128,
+                      64, {}});
+          return 0.0;
+        });
         // tensor-core delta path (chunk_backward_delta.cu): gated varlen, then no decay
         Case e{{DecayClass::Scalar, UpdateRule::Delta, Readout::Inclusive}, DType::BF16, 1, 70, 1, 64, 128, {0, 30, 70}};
         runBwdCase(e);
@@ -1341,6 +1354,24 @@ int main(int argc, char** argv) {
             w.wsigma = 1.5; runBwdCase(w);
           }
         }
+        // its state passes in segments (diag_state_scan.cuh; the default at these grid sizes, one
+        // chunk a segment there), pinned at 2 and 3 a sequence (several chunks each, the last
+        // shorter), then over whole sequences (LINAC_HOPPER_SEGMENTS=0)
+        auto diagSegmentCases = [&] {
+          for (auto ro : readouts) {
+            const RecurrenceKind gk{DecayClass::Diagonal, UpdateRule::Additive, ro};
+            runBwdCase({gk, DType::BF16, 2, 330, 2, 128, 128, {}});
+            Case c{gk, DType::BF16, 2, 300, 1, 64, 128, {}};
+            c.gmul = 10; c.gclamp = -20; runBwdCase(c);
+            runBwdCase({gk, DType::BF16, 1, 256, 2, 256, 128, {}, 1.0, -1e30, 0.0, false});
+            Case w{gk, DType::F16, 2, 200, 2, 128, 128, {}};
+            w.kind.preciseDecayGrad = true;
+            w.wsigma = 1.5; runBwdCase(w);
+          }
+          return 0.0;
+        };
+        for (const char* count : {"2", "3"}) withEnv("LINAC_HOPPER_SEGMENT_COUNT", count, diagSegmentCases);
+        withEnv("LINAC_HOPPER_SEGMENTS", "0", diagSegmentCases);
         // value dims above 128 (GLA at its 340m heads: dk 128, dv 256; the Hopper stage's value
         // blocks, or the mma.sync passes with --no-hopper-diag-wide): varlen with strong gates,
         // fp16 dk 64 x dv 384 over four chunks, null d_q and d_g

@@ -43,6 +43,14 @@ struct DiagGradParams {
   float* at_part;
   int64_t at_plane;
   void* kexp;             // [B, T, H, dk]
+  // The state passes in segments (diag_state_scan.cuh; a padded batch): each sequence's chunks in
+  // `segments` runs of seg_chunks (the last shorter), one CTA a run; segments <= 1: whole
+  // sequences. With R = N * segments runs:
+  int segments;
+  int64_t seg_chunks;
+  const float* seg_starts;  // [2, R, H, dk, dv] each run's start state (forward, reverse), fp32
+  float* seg_ends;          // [2, R, H, dk, dv] each run's end state from zero (the ends pass)
+  float* seg_decay;         // [R, H, dk] each run's total log-decay per key channel (the ends pass)
   const int64_t* cu_seqlens;  // [N + 1] (device) or null
   int64_t seq_len;        // T
   int64_t chunks_per_seq; // ceil(T / C) (padded batches)

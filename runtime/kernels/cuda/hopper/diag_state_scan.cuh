@@ -21,17 +21,27 @@
 // range) -- at dk 256 a thread per two channels, every token -- sums its channel's g, forms the
 // per-token factors and scales X in place (the 16-bit A operand, read through its transposed
 // view); the state rows are scaled by e^B and the product X^T Y accumulates on the tensor cores.
+// Long sequences with few heads, whose grid leaves SMs idle: in segments (runDiagStateScanSegments),
+// each run of a segment's chunks from zero state for its end state E_j and log-decay G_j, a scan
+// over segments for each run's true start, then the runs again from those, so each pass's chain
+// is a segment long:  S_start(j + 1) = e^{G_j} . S_start(j) + E_j  (forward; reverse alike).
 #pragma once
 
 #include "../chunk_slots.cuh"
 #include "../cuda_check.h"
 #include "../device_info.h"
+#include "../workspace.h"
 #include "diag_grad_params.h"
+#include "env_switch.h"
 #include "state_scan.cuh"
+
+#include <algorithm>
+#include <cstdlib>
 
 namespace linac::kernels::cuda::hopper {
 
 constexpr int kDiagScanValueBlock = 64;  // value columns per CTA (half where the grid is small)
+constexpr int kSegmentStartThreads = 256;  // threads per CTA of the scan over segments
 
 template <class T, int DK, int BV>
 struct DiagStateScanTiles {
@@ -65,7 +75,9 @@ struct DiagStateScanTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
-template <class T, int DK, int BV>
+/// kEndsOnly (segments, the first of their two passes): each run from zero state, writing only its
+/// end state and, forward, its total log-decay per channel, for diagSegmentStartKernel's scan.
+template <class T, int DK, int BV, bool kEndsOnly>
 __global__ void __launch_bounds__(kWarpgroupThreads)
     diagStateScanKernel(const DiagGradParams p, const __grid_constant__ typename DiagStateScanTiles<T, DK, BV>::Maps maps) {
   using Tiles = DiagStateScanTiles<T, DK, BV>;
@@ -75,12 +87,16 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   auto& sm = alignedSmem<typename Tiles::Smem>(smemRaw);
 
   const int tid = threadIdx.x;
-  const int N = p.num_seqs, H = p.heads, DV = p.value_dim, h = blockIdx.y, v0 = blockIdx.x * BV;
-  const bool reverse = int(blockIdx.z) >= N, excl = p.exclusive != 0;
-  const int n = reverse ? int(blockIdx.z) - N : int(blockIdx.z);
+  const int H = p.heads, DV = p.value_dim, h = blockIdx.y, v0 = blockIdx.x * BV;
+  const int S = p.segments > 1 ? p.segments : 1, runs = p.num_seqs * S;  // runs: segments of sequences
+  const bool reverse = int(blockIdx.z) >= runs, excl = p.exclusive != 0;
+  const int r = reverse ? int(blockIdx.z) - runs : int(blockIdx.z), n = r / S, j = r % S;
   int64_t bos, len, coff;
   seqInfo<C>(p, n, bos, len, coff);
-  const int numChunks = int((len + C - 1) / C);
+  const int seqChunks = int((len + C - 1) / C);
+  const int first = S > 1 ? int(j * p.seg_chunks) : 0;  // this run's chunks [first, last)
+  const int last = S > 1 ? min(first + int(p.seg_chunks), seqChunks) : seqChunks;
+  const int numChunks = last > first ? last - first : 0;
 
   const CUtensorMap* mapX = reverse ? &maps.q : &maps.k;
   const CUtensorMap* mapY = reverse ? &maps.d_o : &maps.v;
@@ -97,10 +113,15 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   const auto cS = accCoords<DK, BV>(mma);
 
   const int64_t stateOffset = (int64_t(n) * H + h) * DK * DV + v0;  // [N, H, dk, dv]
-  const float* init = reverse ? p.d_ht : p.h0;
-  loadStateBlock<Mma>(acc, cS, init ? init + stateOffset : nullptr, DV);
+  const int64_t runOffset = ((int64_t(reverse) * runs + r) * H + h) * DK * DV + v0;  // [2, R, H, dk, dv]
+  const float* init = nullptr;  // this run's start state block (null: zeros)
+  if (!kEndsOnly) {
+    if (S > 1) init = p.seg_starts + runOffset;  // the scan's, h0 / d_ht included
+    else if (const float* given = reverse ? p.d_ht : p.h0) init = given + stateOffset;
+  }
+  loadStateBlock<Mma>(acc, cS, init, DV);
 
-  auto chunkOf = [&](int i) { return reverse ? numChunks - 1 - i : i; };
+  auto chunkOf = [&](int i) { return reverse ? last - 1 - i : first + i; };
   auto rowsOf = [&](int c) { return int(len - int64_t(c) * C < C ? len - int64_t(c) * C : C); };
   const auto origin = tokenMapOrigin<C>(p, n, bos);  // chunk c at (origin.chunk(c), origin.seq) of the maps
   // Thread 0 announces and issues each group's boxes; the others only arrive.
@@ -132,6 +153,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   // This thread's channels (tid + j * 128, j < kChannels) and token range [t0, t0 + kSpan).
   const int part = kChannels > 1 ? 0 : tid / DK, t0 = part * kSpan;
   const float scale = p.scale;
+  float runDecay[kChannels] = {};  // kEndsOnly, forward: the run's log-decay of this thread's channels
   for (int i = 0; i < numChunks; ++i) {
     const int stage = i & 1, c = chunkOf(i), rows = rowsOf(c);
     barrierWait(&sm.tilesLoaded[stage], uint32_t(i >> 1) & 1u);  // the stage's (i / 2)-th fill
@@ -147,10 +169,12 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     if (i + 1 < numChunks) loadTiles(chunkOf(i + 1), stage ^ 1);
 
     // The state here is S_c (forward) or dS_{c+1} (reverse).
-    T* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
-    forEachPair<Mma>(cS, [&](int e, int d, int v) {
-      *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(acc(e), acc(e + 1));
-    });
+    if constexpr (!kEndsOnly) {
+      T* slot = out + ((coff + c) * H + h) * int64_t(DK) * DV + v0;
+      forEachPair<Mma>(cS, [&](int e, int d, int v) {
+        *reinterpret_cast<uint32_t*>(slot + int64_t(d) * DV + v) = pack2<T>(acc(e), acc(e + 1));
+      });
+    }
 
     CUTE_UNROLL
     for (int cj = 0; cj < kChannels; ++cj) {
@@ -192,6 +216,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
           }
         }
         if (part == 0) sm.eB[ch] = expFtz(run);
+        runDecay[cj] += run;  // the chunk's total where part == 0
       } else {
         float run = before;  // b_t
 #pragma unroll 1
@@ -224,13 +249,51 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
     commitAndWait(acc);
   }
 
-  if (reverse && p.dh0) storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
+  if constexpr (kEndsOnly) {
+    storeStateBlock<Mma>(acc, cS, p.seg_ends + runOffset, DV);
+    if (!reverse && blockIdx.x == 0 && part == 0)
+      for (int cj = 0; cj < kChannels; ++cj)
+        p.seg_decay[(int64_t(r) * H + h) * DK + (kChannels > 1 ? tid + cj * kWarpgroupThreads : tid % DK)] = runDecay[cj];
+  } else if (reverse && p.dh0 && j == 0) {
+    storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
+  }
 }
 
-template <class T, int DK, int BV>
+/// The scan over segments, elementwise (four elements a thread; grid: the [dk, dv] state's blocks of
+/// kSegmentStartThreads * 4 elements, heads, sequences; static: each dtype's translation unit
+/// keeps its own), from the ends pass's E_j and G_j:
+///   forward:  start_0 = h0,   start_{j+1} = e^{G_j} . start_j + E_j
+///   reverse:  start_{S-1} = d_ht,   start_{j-1} = e^{G_j} . start_j + E'_j
+/// (the reverse run's start is its last chunk's end: dS after the segment), e^{G_j} per key row d.
+static __global__ void __launch_bounds__(kSegmentStartThreads)
+    diagSegmentStartKernel(const DiagGradParams p, float* starts) {
+  constexpr int kPerThread = 4;
+  const int H = p.heads, h = blockIdx.y, n = blockIdx.z, S = p.segments, DV = p.value_dim;
+  const int64_t size = int64_t(p.key_dim) * DV, runs = int64_t(p.num_seqs) * S;
+  const int64_t e0 = (int64_t(blockIdx.x) * kSegmentStartThreads + threadIdx.x) * kPerThread;
+  if (e0 >= size) return;
+  const int d = int(e0 / DV);  // one key row (DV is a multiple of four)
+  const int64_t own = (int64_t(n) * H + h) * size + e0;  // [N, H, dk, dv]
+  for (int dir = 0; dir < 2; ++dir) {
+    const float* init = dir ? p.d_ht : p.h0;
+    float run[kPerThread];
+    for (int i = 0; i < kPerThread; ++i) run[i] = init ? init[own + i] : 0.f;
+    for (int step = 0; step < S; ++step) {
+      const int64_t r = int64_t(n) * S + (dir ? S - 1 - step : step);
+      const int64_t at = ((dir * runs + r) * H + h) * size + e0;
+      for (int i = 0; i < kPerThread; ++i) starts[at + i] = run[i];
+      const float decay = __expf(p.seg_decay[(r * H + h) * p.key_dim + d]);
+      for (int i = 0; i < kPerThread; ++i) run[i] = decay * run[i] + p.seg_ends[at + i];
+    }
+  }
+}
+
+/// Both directions' passes over every (value block, head, run): a run is a sequence, or with
+/// p.segments > 1 one of its segments.
+template <class T, int DK, int BV, bool kEndsOnly = false>
 void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   LINAC_REQUIRE(p.value_dim % BV == 0, "hopper diagStateScan: value_dim in whole value blocks");
-  auto kernel = diagStateScanKernel<T, DK, BV>;
+  auto kernel = diagStateScanKernel<T, DK, BV, kEndsOnly>;
   constexpr size_t bytes = DiagStateScanTiles<T, DK, BV>::kSmemBytes;
   typename DiagStateScanTiles<T, DK, BV>::Maps maps{};
   const TokenExtent layout = tokenExtent(p);
@@ -244,8 +307,34 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   LINAC_REQUIRE(ok, "hopper diagStateScan: no tensor map for its operands (a driver without "
                     "cuTensorMapEncodeTiled, a tensor not 16-byte aligned, or more than 2^31 rows)");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<dim3(p.value_dim / BV, p.heads, 2 * p.num_seqs), kWarpgroupThreads, bytes, stream>>>(p, maps);
+  const int runs = p.num_seqs * (p.segments > 1 ? p.segments : 1);
+  kernel<<<dim3(p.value_dim / BV, p.heads, 2 * runs), kWarpgroupThreads, bytes, stream>>>(p, maps);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagStateScanKernel");
+}
+
+/// The state passes in segments of every sequence (a padded batch), value blocks of BV: the runs'
+/// end states from zero and their log-decays (the ends pass), the scan over segments
+/// (diagSegmentStartKernel) for every run's true start state, then the passes again from those,
+/// writing the states. Each pass's chain is a segment long; their sums are those of the whole
+/// pass in another order (start states in fp32, the workspaces rounded once, as there).
+template <class T, int DK, int BV>
+void runDiagStateScanSegments(DiagGradParams p, int segments, cudaStream_t stream) {
+  LINAC_REQUIRE(p.cu_seqlens == nullptr && p.chunks_per_seq > 1, "hopper diagStateScan: segments of a padded batch");
+  p.seg_chunks = (p.chunks_per_seq + segments - 1) / segments;
+  p.segments = int((p.chunks_per_seq + p.seg_chunks - 1) / p.seg_chunks);  // none empty
+  const int64_t size = int64_t(DK) * p.value_dim, runs = int64_t(p.num_seqs) * p.segments;
+  const size_t stateBytes = size_t(2 * runs) * p.heads * size * sizeof(float);  // [2, R, H, dk, dv]
+  const size_t decayBytes = size_t(runs) * p.heads * DK * sizeof(float);        // [R, H, dk]
+  const Workspace workspace(2 * stateBytes + decayBytes, stream);
+  float* starts = reinterpret_cast<float*>(workspace.data());
+  p.seg_ends = starts + stateBytes / sizeof(float);
+  p.seg_decay = p.seg_ends + stateBytes / sizeof(float);
+  launchDiagStateScan<T, DK, BV, true>(p, stream);
+  const unsigned blocks = unsigned((size + 4 * kSegmentStartThreads - 1) / (4 * kSegmentStartThreads));
+  diagSegmentStartKernel<<<dim3(blocks, p.heads, p.num_seqs), kSegmentStartThreads, 0, stream>>>(p, starts);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::diagSegmentStartKernel");
+  p.seg_starts = starts;
+  launchDiagStateScan<T, DK, BV>(p, stream);
 }
 
 /// Both state passes of every (value block, head, sequence) (diag_grad_<dtype>.cu instantiate it):
@@ -254,14 +343,30 @@ void launchDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
 /// 256 too (the [256, 64] accumulator is 128 registers a thread): every value block's CTA loads
 /// and scales the same keys and log-decays, so the wider block halves that work per column.
 /// DV is the gradient stage's value tile; p.value_dim, a multiple of it, sizes the grid.
+///
+/// Where even blocks of 32 leave SMs idle and the batch is padded, in segments (unless
+/// LINAC_HOPPER_SEGMENTS=0): as many as put on every SM as many CTAs of kWide columns as its shared
+/// memory holds, in one wave (LINAC_HOPPER_SEGMENT_COUNT=N pins the count).
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   constexpr int kWide = DV < kDiagScanValueBlock ? DV : kDiagScanValueBlock, kNarrow = kWide / 2;
   const int smCount = multiprocessorCount();
-  if (int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs < smCount)
-    launchDiagStateScan<T, DK, kNarrow>(p, stream);
-  else
+  const int64_t wideCtas = int64_t(p.value_dim / kWide) * p.heads * 2 * p.num_seqs;
+  if (wideCtas >= smCount) {
     launchDiagStateScan<T, DK, kWide>(p, stream);
+    return;
+  }
+  const bool segmented = p.cu_seqlens == nullptr && p.chunks_per_seq > 1 && 2 * wideCtas < smCount &&
+                         envSwitch("LINAC_HOPPER_SEGMENTS", true);
+  if (!segmented) {
+    launchDiagStateScan<T, DK, kNarrow>(p, stream);
+    return;
+  }
+  constexpr int perSm =
+      int(kSharedBytesPerSm / (DiagStateScanTiles<T, DK, kWide>::kSmemBytes + kSharedBytesReservedPerCta));
+  const char* pinned = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
+  const int64_t wanted = pinned ? std::atoll(pinned) : int64_t(perSm) * smCount / wideCtas;
+  runDiagStateScanSegments<T, DK, kWide>(p, int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq)), stream);
 }
 
 }  // namespace linac::kernels::cuda::hopper
