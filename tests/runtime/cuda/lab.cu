@@ -848,7 +848,7 @@ void bench() {
     if (additive) {
       std::snprintf(inline_, sizeof inline_, "%.3f", unsegmented("LINAC_HOPPER_PREPARED_SCORES", "0"));
       std::snprintf(split, sizeof split, "%.3f", unsegmented("LINAC_HOPPER_SPLIT_STATE", "1"));
-      if ((dv / 16) * H * B < smCount)  // segments apply (forward.cu, segmentsApply)
+      if ((dv / 32) * H * B < smCount)  // segments apply (forward.cu, segmentsApply)
         std::snprintf(whole, sizeof whole, "%.3f", withEnv("LINAC_HOPPER_SEGMENTS", "0", run));
     }
     if (delta) {

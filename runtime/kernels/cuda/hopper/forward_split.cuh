@@ -105,18 +105,17 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
   launchChunkOutput<T, DK, Decay, false>(p, s.states, nullptr, nullptr, stream);
 }
 
-/// Segments a sequence: enough that the segmented state pass (value blocks of kScanValueBlock)
-/// puts on every SM as many CTAs as its shared memory holds, in one wave -- the chain is then as
-/// short as one wave makes it; more segments would add a wave, not shorten it. At least two, at
-/// most one a chunk (p.chunks_per_seq >= 2). LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B
-/// runs and the lab's cases).
+/// Segments a sequence: enough that the fused state stage's CTAs of kNarrowValueBlock columns,
+/// one per (segment, head, value block), would fill the SMs twice over; at least two, at most one
+/// a chunk (p.chunks_per_seq >= 2). On an H100 this count (9 at B2 T16384 H4 D128: a state pass of
+/// 288 CTAs of 32 columns on chains of 29 chunks) ran the RetNet forward in 0.257 ms, where 16
+/// segments (512 CTAs, chains of 16) took 0.303 (bench/NOTES.md, session 36). LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B runs and the
+/// lab's cases).
 template <class T, int DK>
 int segmentCount(const ForwardParams& p) {
-  constexpr int perSm =
-      int(kSharedBytesPerSm / (StateScanTiles<T, DK, kScanValueBlock>::kSmemBytes + kSharedBytesReservedPerCta));
-  const int64_t perSegment = int64_t(p.value_dim / kScanValueBlock) * p.heads * p.num_seqs;  // its CTAs
+  const int64_t perSegment = int64_t(p.value_dim / kNarrowValueBlock) * p.heads * p.num_seqs;
   const char* pinned = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
-  const int64_t wanted = pinned ? std::atoll(pinned) : int64_t(perSm) * multiprocessorCount() / perSegment;
+  const int64_t wanted = pinned ? std::atoll(pinned) : (2 * multiprocessorCount() + perSegment - 1) / perSegment;
   return int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq));
 }
 
