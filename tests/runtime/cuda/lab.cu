@@ -1122,10 +1122,15 @@ int main(int argc, char** argv) {
       withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
         runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
         runChunkCase({{DecayClass::Fixed, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 100, 1, 256, 128, {}});
-        // two segments, the first of two chunks (its second chunk's decay from the segment's start)
+        // two segments, the first of two chunks (its second chunk's decay from the segment's start),
+        // split and fused (LINAC_HOPPER_SEGMENTED_FUSED=1)
         return withEnv("LINAC_HOPPER_SEGMENT_COUNT", "2", [] {
           runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64, {}});
-          return 0.0;
+          return withEnv("LINAC_HOPPER_SEGMENTED_FUSED", "1", [] {
+            runChunkCase({{DecayClass::Scalar, UpdateRule::Additive, Readout::Inclusive}, DType::BF16, 2, 150, 2, 128, 64,
+                          {}});
+            return 0.0;
+          });
         });
       });
       // ... and the fused state-and-output stage over whole sequences (the segments' default
@@ -1237,8 +1242,10 @@ int main(int argc, char** argv) {
         return 0.0;
       });
       // in segments (pinned; the default for padded batches where the state stage's grid leaves
-      // SMs idle): T a multiple of the chunk and not, fp16 at dk 256, strong gates, without h0
-      withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
+      // SMs idle): T a multiple of the chunk and not, fp16 at dk 256, strong gates, without h0;
+      // the split stages, then the fused stage corrected (LINAC_HOPPER_SEGMENTED_FUSED=1)
+      for (const char* fused : {"0", "1"})
+      withEnv("LINAC_HOPPER_SEGMENTED_FUSED", fused, [] { return withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
         for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
           const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
           runChunkCase({ad, DType::BF16, 2, 640, 2, 64, 128, {}});
@@ -1264,7 +1271,7 @@ int main(int argc, char** argv) {
             return 0.0;
           });
         return 0.0;
-      });
+      }); });
       // ... and over whole sequences (LINAC_HOPPER_SEGMENTS=0), the fused state-and-output stage
       // that the padded cases above would otherwise leave to segments at these grid sizes
       withEnv("LINAC_HOPPER_SEGMENTS", "0", [] {

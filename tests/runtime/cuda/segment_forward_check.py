@@ -12,6 +12,9 @@ state E); segmentDecayKernel writes g_c (log-decay from the segment's start to c
 per slot and G_j per segment; segmentStartKernel scans S_start(b S) = h0_b, S_start(n' + 1) =
 exp(G_j) S_start(n') + E_n', ht_b = the value after the last; the output stage forms, per slot,
   O = scale e^{b_t} Q (S_c^local + exp(g_c) S_start) + (scale (Q K^T) . e^{b_t - b_s}, s <= t) V.
+The fused form (runSegmentedFusedStages, segment_correct.cuh) forms O_local = scale e^{b_t} Q
+S_c^local + A V in the fused stage and adds scale e^{g_c + b_t} Q S_start afterwards, skipping the
+first segment of each sequence when there is no h0.
 Checks, in exact arithmetic (rel-RMS below 1e-10 against the sweep, o and ht), over padded
 batches whose T is and is not a multiple of the chunk and segment counts 2 .. chunks, for each
 decay class, with and without h0: the slot map, the scan and the correction are the algebra.
@@ -37,7 +40,7 @@ def sweep(q, k, v, g, h0, scale):
     return o, S
 
 
-def segmented(q, k, v, g, h0, scale, B, T, H, segments):
+def segmented(q, k, v, g, h0, scale, B, T, H, segments, fused, with_h0):
     """The kernels' stages over the packed token rows [B T, H, d]: o [B T, H, dv], ht [B, H, dk, dv]."""
     chunks = (T + C - 1) // C
     per = (chunks + segments - 1) // segments          # runSegmentedStages
@@ -92,12 +95,18 @@ def segmented(q, k, v, g, h0, scale, B, T, H, segments):
             Q, K, V = q[t0:t0 + rows, h], k[t0:t0 + rows, h], v[t0:t0 + rows, h]
             A = scale * (Q @ K.T) * np.exp(np.minimum(bcum[:, None] - bcum[None, :], 0.0))
             A = np.tril(A)
-            state = local[slot, h] + np.exp(chunk_start[slot, h]) * starts[n, h]
-            o[t0:t0 + rows, h] = scale * np.exp(bcum)[:, None] * (Q @ state) + A @ V
+            if not fused:
+                state = local[slot, h] + np.exp(chunk_start[slot, h]) * starts[n, h]
+                o[t0:t0 + rows, h] = scale * np.exp(bcum)[:, None] * (Q @ state) + A @ V
+                continue
+            o[t0:t0 + rows, h] = scale * np.exp(bcum)[:, None] * (Q @ local[slot, h]) + A @ V  # the fused stage
+            if n % segments != 0 or with_h0:  # segmentCorrectKernel
+                f = scale * np.exp(chunk_start[slot, h] + bcum)
+                o[t0:t0 + rows, h] += f[:, None] * (Q @ starts[n, h])
     return o, ht
 
 
-def check(rng, decay, B, T, H, dk, dv, segments, with_h0):
+def check(rng, decay, B, T, H, dk, dv, segments, with_h0, fused):
     q = rng.standard_normal((B * T, H, dk))
     k = rng.standard_normal((B * T, H, dk)) / np.sqrt(dk)
     v = rng.standard_normal((B * T, H, dv))
@@ -115,7 +124,7 @@ def check(rng, decay, B, T, H, dk, dv, segments, with_h0):
         for h in range(H):
             rows = slice(b * T, (b + 1) * T)
             o_ref[rows, h], ht_ref[b, h] = sweep(q[rows, h], k[rows, h], v[rows, h], g[rows, h], h0[b, h], scale)
-    o, ht = segmented(q, k, v, g, h0, scale, B, T, H, segments)
+    o, ht = segmented(q, k, v, g, h0, scale, B, T, H, segments, fused, with_h0)
     rel = lambda x, r: float(np.sqrt(np.mean((x - r) ** 2) / np.mean(r ** 2)))
     return rel(o, o_ref), rel(ht, ht_ref)
 
@@ -136,11 +145,13 @@ def main():
                 if segments > chunks:
                     continue
                 for with_h0 in (True, False):
-                    eo, eh = check(rng, decay, B, T, H, dk, dv, segments, with_h0)
-                    ok = eo < EXACT and eh < EXACT
-                    failed += not ok
-                    print(f"{decay:6s} B{B} T{T} H{H} dk{dk} dv{dv} segments {segments} "
-                          f"{'h0' if with_h0 else 'noh0'}: o {eo:.2e}, ht {eh:.2e}  {'PASS' if ok else 'FAIL'}")
+                    for fused in (False, True):
+                        eo, eh = check(rng, decay, B, T, H, dk, dv, segments, with_h0, fused)
+                        ok = eo < EXACT and eh < EXACT
+                        failed += not ok
+                        print(f"{decay:6s} B{B} T{T} H{H} dk{dk} dv{dv} segments {segments} "
+                              f"{'h0' if with_h0 else 'noh0'} {'fused' if fused else 'split'}: "
+                              f"o {eo:.2e}, ht {eh:.2e}  {'PASS' if ok else 'FAIL'}")
     print("ALL PASS" if not failed else f"FAIL: {failed} check(s)")
     return 1 if failed else 0
 

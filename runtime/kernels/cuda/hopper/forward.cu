@@ -28,6 +28,8 @@ template <class T, int DK, class Decay>
 void runSplitStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK, class Decay>
 void runSegmentedStages(ForwardParams p, cudaStream_t stream);
+template <class T, int DK, class Decay>
+void runSegmentedFusedStages(ForwardParams p, cudaStream_t stream);
 template <class T, int DK>
 bool hasHopperCode();
 
@@ -72,12 +74,14 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
 }
 
 /// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar, in
-/// segments of each sequence where `segmented`.
+/// segments of each sequence where `segmented`; `fused`: the fused stage over the segments instead.
 template <class T>
-void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, bool segmented, cudaStream_t stream) {
+void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, bool segmented, bool fused,
+                    cudaStream_t stream) {
   auto dims = [&]<class Decay>() {
     auto at = [&]<int DK>() {
-      if (segmented) runSegmentedStages<T, DK, Decay>(p, stream);
+      if (segmented && fused) runSegmentedFusedStages<T, DK, Decay>(p, stream);
+      else if (segmented) runSegmentedStages<T, DK, Decay>(p, stream);
       else runSplitStages<T, DK, Decay>(p, stream);
     };
     if (key_dim == 64) at.template operator()<64>();
@@ -180,11 +184,17 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     // their start states from a scan over segments, so the chain is a segment long. On an H100
     // (bench/NOTES.md, session 36) RetNet 0.257 against 0.316 ms, Mamba-2 0.242 against 0.348 at
     // B2 T16384 H4 D128.
+    // LINAC_HOPPER_SEGMENTED_FUSED=1 (segment_correct.cuh; written in session 36, not yet run):
+    // the fused stage itself over the segments, no S_c written, its outputs corrected by the
+    // segments' start states.
     const bool segmented =
         envSwitch("LINAC_HOPPER_SEGMENTS", true) && segmentsApply(s, num_seqs, p.chunks_per_seq);
+    const bool fused = envSwitch("LINAC_HOPPER_SEGMENTED_FUSED", false);
     if (segmented || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
-      if (dtype == DType::BF16) runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segmented, stream);
-      else runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segmented, stream);
+      if (dtype == DType::BF16)
+        runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segmented, fused, stream);
+      else
+        runSplitKeyDim<cutlass::half_t>(kind.decay, p, s.key_dim, segmented, fused, stream);
       return;
     }
     // The chunk scores formed by a chunk-parallel stage first (scores_prepare.cuh), or on the

@@ -8,7 +8,9 @@
 // chunks; this form's chain carries K^T V alone. In segments (runSegmentedStages, a padded batch):
 // the same two stages over the segments of every sequence as a packed batch of pseudo-sequences
 // run from zero state, with the scan over segments between them (segment_scan.cuh), so the chain
-// is a segment long. forward.cu says when either runs.
+// is a segment long; or (runSegmentedFusedStages) the fused stage itself over the segments, its
+// outputs corrected by the segments' start states afterwards (segment_correct.cuh). forward.cu
+// says when each runs.
 #pragma once
 
 #include "../cuda_check.h"
@@ -17,6 +19,7 @@
 #include "backward_params.h"
 #include "chunk_output.cuh"
 #include "forward_params.h"
+#include "segment_correct.cuh"
 #include "segment_scan.cuh"
 #include "state_scan.cuh"
 
@@ -24,6 +27,10 @@
 #include <cstdlib>
 
 namespace linac::kernels::cuda::hopper {
+
+/// The fused forward (forward_stages.cuh; forward_<dtype>_k<dk>.cu instantiate it).
+template <class T, int DK, class Decay>
+void runStages(bool delta, ForwardParams p, cudaStream_t stream);
 
 /// The forward state pass (state_scan.cuh) in value blocks of BV columns.
 template <class T, int DK, int BV, class Decay>
@@ -175,6 +182,79 @@ void runSegmentedStages(ForwardParams p, cudaStream_t stream) {
   launchChunkOutput<T, DK, Decay, true>(q, local, starts, chunkStart, stream);
 }
 
+/// The fused form in segments (LINAC_HOPPER_SEGMENTED_FUSED=1, forward.cu; written in session 36,
+/// not yet run on a GPU): the fused state-and-output stage with its prepared scores (no S_c
+/// written) over the segments as pseudo-sequences from zero state, each one's end state as its
+/// ht; the scan over segments; then segmentCorrectKernel adds scale e^{g_c + b} Q S_start to
+/// every chunk's output. Same segments as runSegmentedStages.
+template <class T, int DK, class Decay>
+void runSegmentedFusedStages(ForwardParams p, cudaStream_t stream) {
+  LINAC_REQUIRE(p.cu_seqlens == nullptr && p.chunks_per_seq > 1,
+                "hopper segmented forward: a padded batch of at least two chunks a sequence");
+  LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
+  const int wanted = segmentCount<T, DK>(p);
+  const int64_t chunksPerSegment = (p.chunks_per_seq + wanted - 1) / wanted;
+  const int segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
+  const int64_t segLen = chunksPerSegment * kChunk, tokens = p.tokens;
+  const int pseudo = p.num_seqs * segments;
+
+  const int64_t stateSize = int64_t(DK) * p.value_dim;
+  const size_t cuBytes = (size_t(pseudo + 1) * sizeof(int64_t) + 15) / 16 * 16;
+  const size_t endBytes = size_t(pseudo) * p.heads * stateSize * sizeof(float);
+  const size_t startBytes = size_t(pseudo) * p.heads * stateSize * sizeof(T);
+  const int64_t slots = (tokens + kChunk - 1) / kChunk + pseudo;
+  const size_t chunkStartBytes = (size_t(slots) * p.heads * sizeof(float) + 15) / 16 * 16;
+  const size_t totalBytes = size_t(pseudo) * p.heads * sizeof(float);
+  const Workspace workspace(cuBytes + endBytes + startBytes + chunkStartBytes + totalBytes, stream);
+  uint8_t* at = workspace.data();
+  auto take = [&](size_t bytes) {
+    uint8_t* part = at;
+    at += bytes;
+    return part;
+  };
+  int64_t* cu = reinterpret_cast<int64_t*>(take(cuBytes));
+  float* ends = reinterpret_cast<float*>(take(endBytes));
+  T* starts = reinterpret_cast<T*>(take(startBytes));
+  float* chunkStart = reinterpret_cast<float*>(take(chunkStartBytes));
+  float* total = reinterpret_cast<float*>(take(totalBytes));
+
+  // The segments as a packed batch of pseudo-sequences over the same [B T] token rows.
+  ForwardParams q = p;
+  q.cu_seqlens = cu;
+  q.num_seqs = pseudo;
+  q.seq_len = tokens;
+  q.slots = slots;
+  q.h0 = nullptr;
+  q.ht = ends;  // each segment's end state from zero
+  q.prepared_scores = true;
+  q.late_loads = false;
+  q.overlap = false;
+
+  segmentBoundsKernel<<<(pseudo + 1 + kSegmentThreads - 1) / kSegmentThreads, kSegmentThreads, 0, stream>>>(
+      cu, p.num_seqs, segments, p.seq_len, segLen);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentBoundsKernel");
+  runStages<T, DK, Decay>(false, q, stream);
+  segmentDecayKernel<Decay><<<dim3(pseudo, p.heads), kSegmentThreads, 0, stream>>>(q, p.g, chunkStart, total);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentDecayKernel");
+  const unsigned blocks = unsigned((stateSize + 4 * kSegmentThreads - 1) / (4 * kSegmentThreads));
+  segmentStartKernel<T><<<dim3(blocks, p.heads, p.num_seqs), kSegmentThreads, 0, stream>>>(
+      p.h0, ends, total, starts, p.ht, segments, p.heads, stateSize);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentStartKernel");
+
+  using Tiles = SegmentCorrectTiles<T, DK>;
+  typename Tiles::Maps maps{};
+  const int64_t startDims[2] = {p.value_dim, int64_t(pseudo) * p.heads * DK}, startStride[1] = {p.value_dim};
+  const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, tokenExtent(q), kChunk) &&
+                  encodeBoxMap<T, Tiles::VB>(&maps.start, starts, 2, startDims, startStride, 1, DK);
+  LINAC_REQUIRE(ok, "hopper forward: no tensor map for the segments' correction");
+  auto kernel = segmentCorrectKernel<T, DK, Decay>;
+  LINAC_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles::kSmemBytes)));
+  const dim3 grid(unsigned(slots), p.heads, unsigned(p.value_dim / Tiles::VB));
+  kernel<<<grid, kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(q, segments, p.h0 != nullptr, chunkStart, maps);
+  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentCorrectKernel");
+}
+
 }  // namespace linac::kernels::cuda::hopper
 
 // Used inside namespace linac::kernels::cuda::hopper: the split form at every key dim and decay
@@ -185,7 +265,10 @@ void runSegmentedStages(ForwardParams p, cudaStream_t stream) {
   template void runSplitStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);              \
   template void runSegmentedStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);              \
   template void runSegmentedStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);           \
-  template void runSegmentedStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);
+  template void runSegmentedStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);         \
+  template void runSegmentedFusedStages<T, DK, NoDecay>(ForwardParams, cudaStream_t);         \
+  template void runSegmentedFusedStages<T, DK, FixedDecay>(ForwardParams, cudaStream_t);      \
+  template void runSegmentedFusedStages<T, DK, ScalarDecay>(ForwardParams, cudaStream_t);
 #define LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE(T)    \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 64)   \
   LINAC_HOPPER_SPLIT_FORWARD_INSTANTIATE_DK(T, 128)  \
