@@ -15,7 +15,9 @@
 // K^T V alone, then every chunk's output in parallel (forward_split.cuh; correct, but slower than
 // the fused stage on an H100: kernels/cuda/NOTES.md, session 35). Where the state stage's grid
 // leaves SMs idle (a padded batch of few sequences and heads), those stages run over segments of
-// each sequence by default (segment_scan.cuh; LINAC_HOPPER_SEGMENTS=0 keeps whole sequences).
+// each sequence by default (segment_scan.cuh; LINAC_HOPPER_SEGMENTS=0 keeps whole sequences), or
+// with LINAC_HOPPER_SEGMENTED_FUSED=1 (not yet run) the fused stage over the segments, its outputs
+// corrected by their start states afterwards (segment_correct.cuh).
 #pragma once
 
 #include "../../common/recurrence.h"
