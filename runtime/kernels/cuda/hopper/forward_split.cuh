@@ -126,132 +126,146 @@ int segmentCount(const ForwardParams& p) {
   return int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq));
 }
 
-/// The forward in segments of each sequence (segmentCount), each a whole number of chunks; a
-/// padded batch of at least two chunks a sequence (forward.cu says when).
-template <class T, int DK, class Decay>
-void runSegmentedStages(ForwardParams p, cudaStream_t stream) {
+/// A padded batch's sequences in segments of whole chunks (segmentCount; none empty), the
+/// pseudo-sequences n' = b S + j of a packed batch over the same token rows, and the bytes of the
+/// scan's buffers (16-byte aligned each).
+struct SegmentPlan {
+  int segments;      // S, a sequence's
+  int64_t segLen;    // tokens a segment
+  int pseudo;        // B S
+  int64_t slots;     // the packed batch's chunk slots
+  int64_t stateSize; // dk dv
+  size_t cuBytes, endBytes, startBytes, chunkStartBytes, totalBytes;
+  size_t bytes() const { return cuBytes + endBytes + startBytes + chunkStartBytes + totalBytes; }
+};
+
+template <class T, int DK>
+SegmentPlan planSegments(const ForwardParams& p) {
   LINAC_REQUIRE(p.cu_seqlens == nullptr && p.chunks_per_seq > 1,
                 "hopper segmented forward: a padded batch of at least two chunks a sequence");
   LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
+  auto aligned = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
   const int wanted = segmentCount<T, DK>(p);
   const int64_t chunksPerSegment = (p.chunks_per_seq + wanted - 1) / wanted;
-  const int segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
-  const int64_t segLen = chunksPerSegment * kChunk, tokens = p.tokens;
-  const int pseudo = p.num_seqs * segments;
+  SegmentPlan plan{};
+  plan.segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);
+  plan.segLen = chunksPerSegment * kChunk;
+  plan.pseudo = p.num_seqs * plan.segments;
+  plan.slots = (p.tokens + kChunk - 1) / kChunk + plan.pseudo;
+  plan.stateSize = int64_t(DK) * p.value_dim;
+  const size_t states = size_t(plan.pseudo) * p.heads * plan.stateSize;
+  plan.cuBytes = aligned(size_t(plan.pseudo + 1) * sizeof(int64_t));
+  plan.endBytes = aligned(states * sizeof(float));
+  plan.startBytes = aligned(states * sizeof(T));
+  plan.chunkStartBytes = aligned(size_t(plan.slots) * p.heads * sizeof(float));
+  plan.totalBytes = aligned(size_t(plan.pseudo) * p.heads * sizeof(float));
+  return plan;
+}
 
-  // The segments as a packed batch of pseudo-sequences over the same [B T] token rows.
+/// The scan's buffers in a workspace of plan.bytes() at `at`.
+template <class T>
+struct SegmentBuffers {
+  int64_t* cu;        // [B S + 1] the pseudo-sequences' bounds
+  float* ends;        // [B S, H, dk, dv] each segment's end state from zero
+  T* starts;          // [B S, H, dk, dv] each segment's start state
+  float* chunkStart;  // [slots, H] g_c, the log-decay from a chunk's segment start to it
+  float* total;       // [B S, H] G_j, a segment's log-decay
+
+  SegmentBuffers(const SegmentPlan& plan, uint8_t* at) {
+    cu = reinterpret_cast<int64_t*>(at);
+    at += plan.cuBytes;
+    ends = reinterpret_cast<float*>(at);
+    at += plan.endBytes;
+    starts = reinterpret_cast<T*>(at);
+    at += plan.startBytes;
+    chunkStart = reinterpret_cast<float*>(at);
+    at += plan.chunkStartBytes;
+    total = reinterpret_cast<float*>(at);
+  }
+};
+
+/// p over the pseudo-sequences (bounds `cu`, written by launchSegmentBounds), from zero state.
+inline ForwardParams pseudoSequences(const ForwardParams& p, const SegmentPlan& plan, const int64_t* cu) {
   ForwardParams q = p;
-  q.num_seqs = pseudo;
-  q.seq_len = tokens;
-  q.slots = (tokens + kChunk - 1) / kChunk + pseudo;
-  q.h0 = nullptr;
-  const int64_t stateSize = int64_t(DK) * p.value_dim;
-  const size_t cuBytes = (size_t(pseudo + 1) * sizeof(int64_t) + 15) / 16 * 16;
-  const size_t localBytes = size_t(q.slots) * p.heads * stateSize * sizeof(T);
-  const size_t endBytes = size_t(pseudo) * p.heads * stateSize * sizeof(float);
-  const size_t startBytes = size_t(pseudo) * p.heads * stateSize * sizeof(T);
-  const size_t chunkStartBytes = (size_t(q.slots) * p.heads * sizeof(float) + 15) / 16 * 16;
-  const size_t totalBytes = size_t(pseudo) * p.heads * sizeof(float);
-  const Workspace workspace(cuBytes + localBytes + endBytes + startBytes + chunkStartBytes + totalBytes, stream);
-  uint8_t* at = workspace.data();
-  auto take = [&](size_t bytes) {
-    uint8_t* part = at;
-    at += bytes;
-    return part;
-  };
-  int64_t* cu = reinterpret_cast<int64_t*>(take(cuBytes));
-  void* local = take(localBytes);
-  float* ends = reinterpret_cast<float*>(take(endBytes));
-  T* starts = reinterpret_cast<T*>(take(startBytes));
-  float* chunkStart = reinterpret_cast<float*>(take(chunkStartBytes));
-  float* total = reinterpret_cast<float*>(take(totalBytes));
   q.cu_seqlens = cu;
+  q.num_seqs = plan.pseudo;
+  q.seq_len = p.tokens;
+  q.slots = plan.slots;
+  q.h0 = nullptr;
+  q.ht = nullptr;
+  return q;
+}
 
-  segmentBoundsKernel<<<(pseudo + 1 + kSegmentThreads - 1) / kSegmentThreads, kSegmentThreads, 0, stream>>>(
-      cu, p.num_seqs, segments, p.seq_len, segLen);
+/// Static, as the kernel it launches (each translation unit keeps its own).
+static void launchSegmentBounds(const ForwardParams& p, const SegmentPlan& plan, int64_t* cu, cudaStream_t stream) {
+  segmentBoundsKernel<<<(plan.pseudo + 1 + kSegmentThreads - 1) / kSegmentThreads, kSegmentThreads, 0, stream>>>(
+      cu, p.num_seqs, plan.segments, p.seq_len, plan.segLen);
   LINAC_CUDA_CHECK_LAUNCH("hopper::segmentBoundsKernel");
-  segmentDecayKernel<Decay><<<dim3(pseudo, p.heads), kSegmentThreads, 0, stream>>>(q, p.g, chunkStart, total);
+}
+
+/// Once every segment's end state is in buf.ends: g_c and G_j (segmentDecayKernel), then the scan
+/// over segments for their start states and p.ht (segmentStartKernel).
+template <class T, class Decay>
+void launchSegmentScan(const ForwardParams& p, const ForwardParams& q, const SegmentPlan& plan,
+                       const SegmentBuffers<T>& buf, cudaStream_t stream) {
+  segmentDecayKernel<Decay><<<dim3(plan.pseudo, p.heads), kSegmentThreads, 0, stream>>>(q, p.g, buf.chunkStart,
+                                                                                        buf.total);
   LINAC_CUDA_CHECK_LAUNCH("hopper::segmentDecayKernel");
-  BackwardParams s = statePassParams<DK>(q, local);
-  s.ht = ends;  // each segment's end state from zero
-  runStatePass<T, DK, Decay>(s, stream);
-  const unsigned blocks = unsigned((stateSize + 4 * kSegmentThreads - 1) / (4 * kSegmentThreads));
+  const unsigned blocks = unsigned((plan.stateSize + 4 * kSegmentThreads - 1) / (4 * kSegmentThreads));
   segmentStartKernel<T><<<dim3(blocks, p.heads, p.num_seqs), kSegmentThreads, 0, stream>>>(
-      p.h0, ends, total, starts, p.ht, segments, p.heads, stateSize);
+      p.h0, buf.ends, buf.total, buf.starts, p.ht, plan.segments, p.heads, plan.stateSize);
   LINAC_CUDA_CHECK_LAUNCH("hopper::segmentStartKernel");
-  launchChunkOutput<T, DK, Decay, true>(q, local, starts, chunkStart, stream);
+}
+
+/// The forward in segments of each sequence (planSegments): the state pass over them from zero
+/// (every chunk's local state and each segment's end), the scan, then the output stage adding
+/// e^{g_c} Q S_start. A padded batch of at least two chunks a sequence (forward.cu says when).
+template <class T, int DK, class Decay>
+void runSegmentedStages(ForwardParams p, cudaStream_t stream) {
+  const SegmentPlan plan = planSegments<T, DK>(p);
+  const size_t localBytes = size_t(plan.slots) * p.heads * plan.stateSize * sizeof(T);
+  const Workspace workspace(plan.bytes() + localBytes, stream);
+  const SegmentBuffers<T> buf(plan, workspace.data());
+  void* local = workspace.data() + plan.bytes();
+  launchSegmentBounds(p, plan, buf.cu, stream);
+  const ForwardParams q = pseudoSequences(p, plan, buf.cu);
+  BackwardParams s = statePassParams<DK>(q, local);
+  s.ht = buf.ends;
+  runStatePass<T, DK, Decay>(s, stream);
+  launchSegmentScan<T, Decay>(p, q, plan, buf, stream);
+  launchChunkOutput<T, DK, Decay, true>(q, local, buf.starts, buf.chunkStart, stream);
 }
 
 /// The fused form in segments (LINAC_HOPPER_SEGMENTED_FUSED=1, forward.cu; written in session 36,
 /// not yet run on a GPU): the fused state-and-output stage with its prepared scores (no S_c
-/// written) over the segments as pseudo-sequences from zero state, each one's end state as its
-/// ht; the scan over segments; then segmentCorrectKernel adds scale e^{g_c + b} Q S_start to
-/// every chunk's output. Same segments as runSegmentedStages.
+/// written) over the same segments from zero state, each one's end state as its ht; the scan;
+/// then segmentCorrectKernel adds scale e^{g_c + b} Q S_start to every chunk's output.
 template <class T, int DK, class Decay>
 void runSegmentedFusedStages(ForwardParams p, cudaStream_t stream) {
-  LINAC_REQUIRE(p.cu_seqlens == nullptr && p.chunks_per_seq > 1,
-                "hopper segmented forward: a padded batch of at least two chunks a sequence");
-  LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
-  const int wanted = segmentCount<T, DK>(p);
-  const int64_t chunksPerSegment = (p.chunks_per_seq + wanted - 1) / wanted;
-  const int segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);  // none empty
-  const int64_t segLen = chunksPerSegment * kChunk, tokens = p.tokens;
-  const int pseudo = p.num_seqs * segments;
-
-  const int64_t stateSize = int64_t(DK) * p.value_dim;
-  const size_t cuBytes = (size_t(pseudo + 1) * sizeof(int64_t) + 15) / 16 * 16;
-  const size_t endBytes = size_t(pseudo) * p.heads * stateSize * sizeof(float);
-  const size_t startBytes = size_t(pseudo) * p.heads * stateSize * sizeof(T);
-  const int64_t slots = (tokens + kChunk - 1) / kChunk + pseudo;
-  const size_t chunkStartBytes = (size_t(slots) * p.heads * sizeof(float) + 15) / 16 * 16;
-  const size_t totalBytes = size_t(pseudo) * p.heads * sizeof(float);
-  const Workspace workspace(cuBytes + endBytes + startBytes + chunkStartBytes + totalBytes, stream);
-  uint8_t* at = workspace.data();
-  auto take = [&](size_t bytes) {
-    uint8_t* part = at;
-    at += bytes;
-    return part;
-  };
-  int64_t* cu = reinterpret_cast<int64_t*>(take(cuBytes));
-  float* ends = reinterpret_cast<float*>(take(endBytes));
-  T* starts = reinterpret_cast<T*>(take(startBytes));
-  float* chunkStart = reinterpret_cast<float*>(take(chunkStartBytes));
-  float* total = reinterpret_cast<float*>(take(totalBytes));
-
-  // The segments as a packed batch of pseudo-sequences over the same [B T] token rows.
-  ForwardParams q = p;
-  q.cu_seqlens = cu;
-  q.num_seqs = pseudo;
-  q.seq_len = tokens;
-  q.slots = slots;
-  q.h0 = nullptr;
-  q.ht = ends;  // each segment's end state from zero
+  const SegmentPlan plan = planSegments<T, DK>(p);
+  const Workspace workspace(plan.bytes(), stream);
+  const SegmentBuffers<T> buf(plan, workspace.data());
+  launchSegmentBounds(p, plan, buf.cu, stream);
+  ForwardParams q = pseudoSequences(p, plan, buf.cu);
+  q.ht = buf.ends;
   q.prepared_scores = true;
   q.late_loads = false;
   q.overlap = false;
-
-  segmentBoundsKernel<<<(pseudo + 1 + kSegmentThreads - 1) / kSegmentThreads, kSegmentThreads, 0, stream>>>(
-      cu, p.num_seqs, segments, p.seq_len, segLen);
-  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentBoundsKernel");
   runStages<T, DK, Decay>(false, q, stream);
-  segmentDecayKernel<Decay><<<dim3(pseudo, p.heads), kSegmentThreads, 0, stream>>>(q, p.g, chunkStart, total);
-  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentDecayKernel");
-  const unsigned blocks = unsigned((stateSize + 4 * kSegmentThreads - 1) / (4 * kSegmentThreads));
-  segmentStartKernel<T><<<dim3(blocks, p.heads, p.num_seqs), kSegmentThreads, 0, stream>>>(
-      p.h0, ends, total, starts, p.ht, segments, p.heads, stateSize);
-  LINAC_CUDA_CHECK_LAUNCH("hopper::segmentStartKernel");
+  launchSegmentScan<T, Decay>(p, q, plan, buf, stream);
 
   using Tiles = SegmentCorrectTiles<T, DK>;
   typename Tiles::Maps maps{};
-  const int64_t startDims[2] = {p.value_dim, int64_t(pseudo) * p.heads * DK}, startStride[1] = {p.value_dim};
+  const int64_t startDims[2] = {p.value_dim, int64_t(plan.pseudo) * p.heads * DK}, startStride[1] = {p.value_dim};
   const bool ok = encodeTokenMap<T, DK>(&maps.q, p.q, DK, p.heads, tokenExtent(q), kChunk) &&
-                  encodeBoxMap<T, Tiles::VB>(&maps.start, starts, 2, startDims, startStride, 1, DK);
+                  encodeBoxMap<T, Tiles::VB>(&maps.start, buf.starts, 2, startDims, startStride, 1, DK);
   LINAC_REQUIRE(ok, "hopper forward: no tensor map for the segments' correction");
   auto kernel = segmentCorrectKernel<T, DK, Decay>;
   LINAC_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles::kSmemBytes)));
-  const dim3 grid(unsigned(slots), p.heads, unsigned(p.value_dim / Tiles::VB));
-  kernel<<<grid, kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(q, segments, p.h0 != nullptr, chunkStart, maps);
+  const dim3 grid(unsigned(plan.slots), p.heads, unsigned(p.value_dim / Tiles::VB));
+  kernel<<<grid, kWarpgroupThreads, Tiles::kSmemBytes, stream>>>(q, plan.segments, p.h0 != nullptr, buf.chunkStart,
+                                                                  maps);
   LINAC_CUDA_CHECK_LAUNCH("hopper::segmentCorrectKernel");
 }
 
