@@ -70,6 +70,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -1243,10 +1244,11 @@ int main(int argc, char** argv) {
       });
       // in segments (pinned; the default for padded batches where the state stage's grid leaves
       // SMs idle): T a multiple of the chunk and not, fp16 at dk 256, strong gates, without h0;
-      // the split stages, then the fused stage corrected (LINAC_HOPPER_SEGMENTED_FUSED=1)
-      for (const char* fused : {"0", "1"})
-      withEnv("LINAC_HOPPER_SEGMENTED_FUSED", fused, [] { return withEnv("LINAC_HOPPER_SEGMENTS", "1", [] {
-        for (auto de : {DecayClass::None, DecayClass::Fixed, DecayClass::Scalar}) {
+      // at the default count (one-chunk segments at these sizes), then pinned at 2 and 3 a
+      // sequence (several chunks each, the last partial or shorter); the split stages, then the
+      // fused stage corrected (LINAC_HOPPER_SEGMENTED_FUSED=1)
+      auto segmentCases = [](std::initializer_list<DecayClass> decays) {
+        for (auto de : decays) {
           const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
           runChunkCase({ad, DType::BF16, 2, 640, 2, 64, 128, {}});
           runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 64, {}});
@@ -1255,23 +1257,18 @@ int main(int argc, char** argv) {
           s.gmul = 10; s.gclamp = -20; runChunkCase(s);
           runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
         }
-        // the count pinned, so segments span several chunks (the default's count makes one-chunk
-        // segments at these sizes): 2 and 3 a sequence, the last one partial or shorter
-        for (const char* count : {"2", "3"})
-          withEnv("LINAC_HOPPER_SEGMENT_COUNT", count, [] {
-            for (auto de : {DecayClass::Fixed, DecayClass::Scalar}) {
-              const RecurrenceKind ad{de, UpdateRule::Additive, Readout::Inclusive};
-              runChunkCase({ad, DType::BF16, 2, 640, 2, 64, 128, {}});
-              runChunkCase({ad, DType::BF16, 1, 1000, 1, 128, 64, {}});
-              runChunkCase({ad, DType::F16, 2, 300, 1, 256, 256, {}});
-              Case s{ad, DType::BF16, 2, 330, 2, 128, 128, {}};
-              s.gmul = 10; s.gclamp = -20; runChunkCase(s);
-              runChunkCase({ad, DType::BF16, 3, 512, 1, 128, 128, {}, 1.0, -1e30, 0.0, false});
-            }
+        return 0.0;
+      };
+      for (const char* fused : {"0", "1"})
+        withEnv("LINAC_HOPPER_SEGMENTED_FUSED", fused, [&] {
+          return withEnv("LINAC_HOPPER_SEGMENTS", "1", [&] {
+            segmentCases({DecayClass::None, DecayClass::Fixed, DecayClass::Scalar});
+            for (const char* count : {"2", "3"})
+              withEnv("LINAC_HOPPER_SEGMENT_COUNT", count,
+                      [&] { return segmentCases({DecayClass::Fixed, DecayClass::Scalar}); });
             return 0.0;
           });
-        return 0.0;
-      }); });
+        });
       // ... and over whole sequences (LINAC_HOPPER_SEGMENTS=0), the fused state-and-output stage
       // that the padded cases above would otherwise leave to segments at these grid sizes
       withEnv("LINAC_HOPPER_SEGMENTS", "0", [] {
