@@ -252,8 +252,10 @@ __global__ void __launch_bounds__(kWarpgroupThreads)
   if constexpr (kEndsOnly) {
     storeStateBlock<Mma>(acc, cS, p.seg_ends + runOffset, DV);
     if (!reverse && blockIdx.x == 0 && part == 0)
-      for (int cj = 0; cj < kChannels; ++cj)
-        p.seg_decay[(int64_t(r) * H + h) * DK + (kChannels > 1 ? tid + cj * kWarpgroupThreads : tid % DK)] = runDecay[cj];
+      for (int cj = 0; cj < kChannels; ++cj) {
+        const int ch = kChannels > 1 ? tid + cj * kWarpgroupThreads : tid % DK;
+        p.seg_decay[(int64_t(r) * H + h) * DK + ch] = runDecay[cj];
+      }
   } else if (reverse && p.dh0 && j == 0) {
     storeStateBlock<Mma>(acc, cS, p.dh0 + stateOffset, DV);
   }

@@ -116,8 +116,8 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
 /// one per (segment, head, value block), would fill the SMs twice over; at least two, at most one
 /// a chunk (p.chunks_per_seq >= 2). On an H100 this count (9 at B2 T16384 H4 D128: a state pass of
 /// 288 CTAs of 32 columns on chains of 29 chunks) ran the RetNet forward in 0.257 ms, where 16
-/// segments (512 CTAs, chains of 16) took 0.303 (bench/NOTES.md, session 36). LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B runs and the
-/// lab's cases).
+/// segments (512 CTAs, chains of 16) took 0.303 (bench/NOTES.md, session 36).
+/// LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B runs and the lab's cases).
 template <class T, int DK>
 int segmentCount(const ForwardParams& p) {
   const int64_t perSegment = int64_t(p.value_dim / kNarrowValueBlock) * p.heads * p.num_seqs;
