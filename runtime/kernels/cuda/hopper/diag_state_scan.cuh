@@ -36,7 +36,6 @@
 #include "state_scan.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace linac::kernels::cuda::hopper {
 
@@ -366,8 +365,7 @@ void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream) {
   }
   constexpr int perSm =
       int(kSharedBytesPerSm / (DiagStateScanTiles<T, DK, kWide>::kSmemBytes + kSharedBytesReservedPerCta));
-  const char* pinned = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
-  const int64_t wanted = pinned ? std::atoll(pinned) : int64_t(perSm) * smCount / wideCtas;
+  const int64_t wanted = segmentCountPinned(int64_t(perSm) * smCount / wideCtas);
   runDiagStateScanSegments<T, DK, kWide>(p, int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq)), stream);
 }
 

@@ -3,6 +3,7 @@
 // both on the first call of a shape class and keep the faster (kernels/cuda/autotune.h).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +28,14 @@ inline Switch envChoice(const char* name, Switch fallback) {
   if (std::strcmp(value, "0") == 0) return Switch::Off;
   if (std::strcmp(value, "auto") == 0) return Switch::Auto;
   return fallback;
+}
+
+/// The segments a sequence of the segmented passes (the forward's, forward_split.cuh, and the
+/// diagonal backward's state passes, diag_state_scan.cuh): LINAC_HOPPER_SEGMENT_COUNT=N pins it for
+/// A / B runs and the lab's cases; unset: `fallback` (the caller's own count).
+inline int64_t segmentCountPinned(int64_t fallback) {
+  const char* value = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
+  return value != nullptr ? std::atoll(value) : fallback;
 }
 
 }  // namespace linac::kernels::cuda::hopper

@@ -74,13 +74,14 @@ void runKeyDim(const RecurrenceKind& kind, const ForwardParams& p, int64_t key_d
 }
 
 /// The additive rule's split form (forward_split_<dtype>.cu) for decay none / fixed / scalar, in
-/// segments of each sequence where `segmented`; `fused`: the fused stage over the segments instead.
+/// segments of each sequence where `segmented`; `fused` (segmented only): the fused stage over the
+/// segments instead.
 template <class T>
 void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, bool segmented, bool fused,
                     cudaStream_t stream) {
   auto dims = [&]<class Decay>() {
     auto at = [&]<int DK>() {
-      if (segmented && fused) runSegmentedFusedStages<T, DK, Decay>(p, stream);
+      if (fused) runSegmentedFusedStages<T, DK, Decay>(p, stream);
       else if (segmented) runSegmentedStages<T, DK, Decay>(p, stream);
       else runSplitStages<T, DK, Decay>(p, stream);
     };
@@ -97,8 +98,8 @@ void runSplitKeyDim(DecayClass decay, const ForwardParams& p, int64_t key_dim, b
 }
 
 /// Whether the additive rule's forward runs in segments (forward_split.cuh chooses how many): a
-/// padded batch of at least two chunks a sequence whose fused state stage, even in value blocks of
-/// 16, makes fewer CTAs than SMs.
+/// padded batch of at least two chunks a sequence whose fused state stage, in value blocks of
+/// kNarrowValueBlock, makes fewer CTAs than SMs.
 bool segmentsApply(const RecurrenceShape& s, int64_t num_seqs, int64_t chunks) {
   const int64_t ctas = int64_t(s.value_dim / kNarrowValueBlock) * s.heads * num_seqs;
   return s.cu_seqlens == nullptr && chunks > 1 && ctas < multiprocessorCount();
@@ -189,7 +190,7 @@ void forward(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,
     // segments' start states.
     const bool segmented =
         envSwitch("LINAC_HOPPER_SEGMENTS", true) && segmentsApply(s, num_seqs, p.chunks_per_seq);
-    const bool fused = envSwitch("LINAC_HOPPER_SEGMENTED_FUSED", false);
+    const bool fused = segmented && envSwitch("LINAC_HOPPER_SEGMENTED_FUSED", false);
     if (segmented || envSwitch("LINAC_HOPPER_SPLIT_STATE", false)) {
       if (dtype == DType::BF16)
         runSplitKeyDim<cutlass::bfloat16_t>(kind.decay, p, s.key_dim, segmented, fused, stream);

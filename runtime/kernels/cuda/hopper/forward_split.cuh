@@ -18,13 +18,13 @@
 #include "../workspace.h"
 #include "backward_params.h"
 #include "chunk_output.cuh"
+#include "env_switch.h"
 #include "forward_params.h"
 #include "segment_correct.cuh"
 #include "segment_scan.cuh"
 #include "state_scan.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace linac::kernels::cuda::hopper {
 
@@ -117,12 +117,10 @@ void runSplitStages(ForwardParams p, cudaStream_t stream) {
 /// a chunk (p.chunks_per_seq >= 2). On an H100 this count (9 at B2 T16384 H4 D128: a state pass of
 /// 288 CTAs of 32 columns on chains of 29 chunks) ran the RetNet forward in 0.257 ms, where 16
 /// segments (512 CTAs, chains of 16) took 0.303 (bench/NOTES.md, session 36).
-/// LINAC_HOPPER_SEGMENT_COUNT=N pins the count (A / B runs and the lab's cases).
-template <class T, int DK>
-int segmentCount(const ForwardParams& p) {
+/// LINAC_HOPPER_SEGMENT_COUNT=N pins the count (env_switch.h).
+inline int segmentCount(const ForwardParams& p) {
   const int64_t perSegment = int64_t(p.value_dim / kNarrowValueBlock) * p.heads * p.num_seqs;
-  const char* pinned = std::getenv("LINAC_HOPPER_SEGMENT_COUNT");
-  const int64_t wanted = pinned ? std::atoll(pinned) : (2 * multiprocessorCount() + perSegment - 1) / perSegment;
+  const int64_t wanted = segmentCountPinned((2 * multiprocessorCount() + perSegment - 1) / perSegment);
   return int(std::clamp<int64_t>(wanted, 2, p.chunks_per_seq));
 }
 
@@ -145,7 +143,7 @@ SegmentPlan planSegments(const ForwardParams& p) {
                 "hopper segmented forward: a padded batch of at least two chunks a sequence");
   LINAC_REQUIRE(p.value_dim % kOutputValueBlock == 0, "hopper segmented forward: dv in whole blocks of 64");
   auto aligned = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
-  const int wanted = segmentCount<T, DK>(p);
+  const int wanted = segmentCount(p);
   const int64_t chunksPerSegment = (p.chunks_per_seq + wanted - 1) / wanted;
   SegmentPlan plan{};
   plan.segments = int((p.chunks_per_seq + chunksPerSegment - 1) / chunksPerSegment);
