@@ -34,10 +34,8 @@ Checks:
      and a low half (LINAC_HOPPER_DIAG_BWD=1; --one-half: the high halves alone, as the default
      path runs them), the outputs dq, dk, dv; fp32 elsewhere): the predicted relative RMS errors
      against the lab's gate, and d_w = d_g . g for RWKV-6's decay -exp(w);
-  4. value blocks (diag_key_grad.cuh's kValueBlocks: a CTA per block of 128 value columns computes
-     its share of dq, dk, dg and the d_u partials as if the block were the whole dv; the value
-     stage's dv per block): the shares' sums equal the one-tile stage in float64 (~1e-12), for
-     both readouts at dk 256, dv 256 (GLA and RWKV-6 at issue 11's D256 shape).
+(dv above 128: the key stage walks the value tiles, accumulating D, dO S^T, V dS^T and
+<S_c, dS_{c+1}> in fp32 before anything is rounded, so the one-tile algebra above is its algebra.)
 Usage: python3 tests/runtime/cuda/diag_bwd_host_check.py [--seed N] [--quick]
 Exit 0 when every check passes.
 """
@@ -365,32 +363,8 @@ def main():
                          + (f" clamp{gclamp:g}" if gclamp > -1e29 else ""))
                 print(f"{dtype:<5} {'excl' if excl else 'incl'} {shape:<34} " +
                       " ".join(f"{n} {e:9.2e}" for n, e in errs.items()) + f"  {'PASS' if good else 'FAIL'}")
-    ok &= check_value_blocks(rng)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
-
-
-def check_value_blocks(rng, T=130, dk=256, dv=256, block=128):
-    """Check 4: the value blocks' shares, summed, against the one-tile stage (float64)."""
-    ok = True
-    for excl in (False, True):
-        x = make_inputs(rng, T, dk, dv, 1.0, -1e30, round_bf16, 1.5 if excl else 0.0)
-        Sc, dSc, _ = state_scan(x, excl, exact)
-        whole = chunked(x, excl, Sc, dSc, exact)
-        parts = []
-        for v0 in range(0, dv, block):
-            vb = slice(v0, v0 + block)
-            xb = dict(x, v=x["v"][:, vb], do=x["do"][:, vb])
-            parts.append(chunked(xb, excl, [S[:, vb] for S in Sc], [S[:, vb] for S in dSc], exact))
-        summed = {n: sum(p[n] for p in parts) for n in ("dq", "dk", "dg", "du")}
-        summed["dv"] = np.hstack([p["dv"] for p in parts])
-        names = ("dq", "dk", "dv", "dg") + (("du",) if excl else ())
-        errs = {n: rel(summed[n], whole[n]) for n in names}
-        good = all(e < 1e-10 for e in errs.values())
-        ok &= good
-        print(f"value blocks of {block} {'excl' if excl else 'incl'} T{T} dk{dk} dv{dv}      " +
-              " ".join(f"{n} {e:9.2e}" for n, e in errs.items()) + f"  {'PASS' if good else 'FAIL'}")
-    return ok
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@
 //                 preciseDecayGrad says so, as the -exp(w) cases set it; LINAC_HOPPER_DIAG_BWD=0
 //                 sends both readouts to the mma.sync passes)
 //   --no-hopper-diag-wide  the diagonal decay's backward at dv above 128 on the mma.sync passes
-//                 (LINAC_HOPPER_DIAG_WIDE=0) instead of the Hopper stages in value blocks of 128
+//                 (LINAC_HOPPER_DIAG_WIDE=0) instead of the Hopper stages in value tiles of 128
 //   --hopper-overlap  the delta rule's state stage in the overlapped order (LINAC_HOPPER_OVERLAP=1:
 //                 W S and K^T X waited for alone, Q S and P X under them); the forward timings
 //                 show it beside the default

@@ -35,7 +35,7 @@ void runWideBackwardStages(BackwardParams p, int64_t slots, cudaStream_t stream)
 template <class T, int DK, int DV>
 void runDiagStateScan(const DiagGradParams& p, cudaStream_t stream);
 template <class T, int DK, int DV>
-void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream);
+void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream);
 template <class T, int DK, int DV, class Decay>
 void runDeltaBackwardStages(DeltaBackwardParams p, int64_t tokens, int64_t slots,
                             cudaStream_t stream);
@@ -153,7 +153,7 @@ void deltaBackward(const RecurrenceKind& kind, DType dtype, const RecurrenceShap
 }
 
 /// f.template operator()<T, DK, DV>() for the diagonal stages' element type and dims (dk in {64,
-/// 128, 256}; DV the value tile: 64, or 128 for dv 128 and the value blocks above it, as
+/// 128, 256}; DV the value tile: 64, or 128 for dv 128 and the value tiles above it, as
 /// diagonalGradSupported admits).
 template <class F>
 void withDiagTypes(DType dtype, const RecurrenceShape& s, F&& f) {
@@ -208,14 +208,10 @@ bool diagonalLowHalves(const RecurrenceKind& kind) {
 
 constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
 
-/// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in blocks of
+/// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in tiles of
 /// kDiagValueTile columns, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=0 sends them to the
-/// mma.sync passes (the value blocks ran 3.5% faster than them on an H100: bench/NOTES.md).
+/// mma.sync passes (bench/NOTES.md).
 bool diagonalValueBlocksEnabled() { return envSwitch("LINAC_HOPPER_DIAG_WIDE", true); }
-
-int diagonalValueBlocks(const RecurrenceShape& s) {
-  return s.value_dim <= kDiagValueTile ? 1 : int(s.value_dim / kDiagValueTile);
-}
 
 }  // namespace
 
@@ -223,11 +219,11 @@ bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const Recurr
   if (dtype == DType::F32 || !diagonalGradEnabled()) return false;
   const bool oneTile = s.value_dim == 64 || s.value_dim == kDiagValueTile;
   // dk 256 (value tiles of 128 only) unless LINAC_HOPPER_DIAG_K256=0, the forward's switch; there
-  // the exclusive readout takes value blocks too (not at dk <= 128, where no lab case has run them)
+  // the exclusive readout takes value tiles too (not at dk <= 128, where no lab case has run them)
   const bool wideKeys = s.key_dim == 256 && s.value_dim % kDiagValueTile == 0 && diagonalWideKeysEnabled();
-  const bool valueBlocks = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
+  const bool valueTiles = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
                            (kind.readout == Readout::Inclusive || wideKeys) && diagonalValueBlocksEnabled();
-  if ((s.key_dim != 64 && s.key_dim != 128 && !wideKeys) || (!oneTile && !valueBlocks)) return false;
+  if ((s.key_dim != 64 && s.key_dim != 128 && !wideKeys) || (!oneTile && !valueTiles)) return false;
   // the same device and build checks as the forward (an additive rule without decay takes the
   // Hopper forward at these dims wherever the device and the build allow it)
   const RecurrenceKind plain{DecayClass::None, UpdateRule::Additive, Readout::Inclusive};
@@ -247,32 +243,7 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
   if (slots <= 0) return;
   DiagGradParams q = p;
   q.low_halves = diagonalLowHalves(kind) ? 1 : 0;
-  // several value blocks: each block's dq, dk, dg into fp32 planes, summed after the stage
-  const int blocks = diagonalValueBlocks(s);
   const int64_t plane = s.batch * s.seq_len * s.heads * s.key_dim;  // [B, T, H, dk] (B = 1 varlen)
-  const int planes = blocks > 1 ? (p.dq ? 1 : 0) + (p.dk ? 1 : 0) + (p.dg ? 1 : 0) : 0;
-  const Workspace parts(size_t(planes) * blocks * plane * sizeof(float), stream);
-  if (blocks > 1) {
-    float* next = reinterpret_cast<float*>(parts.data());
-    auto take = [&](bool wanted) {
-      float* part = wanted ? next : nullptr;
-      if (wanted) next += blocks * plane;
-      return part;
-    };
-    q.dq_part = take(p.dq != nullptr);
-    q.dk_part = take(p.dk != nullptr);
-    q.dg_part = take(p.dg != nullptr);
-    q.part_plane = plane;
-  }
-  // several value blocks of the exclusive readout: each block's d_u partials into a plane, summed
-  const int64_t duPlane = slots * s.heads * s.key_dim;  // [slots, H, dk]
-  const bool duBlocks = blocks > 1 && p.du_part != nullptr;
-  const Workspace duParts(duBlocks ? size_t(blocks) * duPlane * sizeof(float) : 0, stream);
-  if (duBlocks) {  // zeroed: the slots past a packed sequence's chunks are summed too
-    q.du_blocks = reinterpret_cast<float*>(duParts.data());
-    q.du_plane = duPlane;
-    LINAC_CUDA_CHECK(cudaMemsetAsync(q.du_blocks, 0, size_t(blocks) * duPlane * sizeof(float), stream));
-  }
   // dv's operands, from the key stage to the value stage (diag_key_grad.cuh): each key block's
   // share of A^T and K e^{B - b}
   const int64_t atPlane = slots * s.heads * kChunk * kChunk;  // [slots, H, C, C] per key block
@@ -284,7 +255,7 @@ void diagonalGrad(const RecurrenceKind& kind, DType dtype, const RecurrenceShape
     q.at_plane = atPlane;
     q.kexp = values.data() + atBytes;
   }
-  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, blocks, stream); });
+  withDiagTypes(dtype, s, [&]<class T, int DK, int DV>() { runDiagGrad<T, DK, DV>(q, slots, stream); });
 }
 
 bool backwardSupported(const RecurrenceKind& kind, DType dtype, const RecurrenceShape& s,

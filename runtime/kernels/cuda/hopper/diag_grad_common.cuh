@@ -1,6 +1,6 @@
 // Pieces of the diagonal decay's Hopper gradient stage (diag_key_grad.cuh, whose header states
 // the maths, and diag_value_grad.cuh): b's swizzled layout, the low 16-bit halves, the batched
-// tile fills, the barriers, the decay chains' step, the value blocks' sums.
+// tile fills, the barriers, the decay chains' step.
 #pragma once
 
 #include "../chunk_slots.cuh"
@@ -89,39 +89,6 @@ __device__ __forceinline__ void chainStep(Acc& acc, float (&f)[kRegs], int part,
     const float2 x = unpack2<T>(lds32(tile.at(xRow, c)));
     acc(i) += dd * x.x * f[j];
     acc(i + 1) += dd * x.y * f[j + 1];
-  }
-}
-
-/// dq, dk (input dtype) and dg (fp32) as the sums of the value blocks' fp32 planes, four elements
-/// a thread per step (a plane is [B, T, H, dk], dk a multiple of 64).
-template <class T>
-__global__ void diagSumValueBlocksKernel(const DiagGradParams p, int blocks) {
-  const int64_t quads = p.part_plane / 4;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < quads; i += int64_t(gridDim.x) * blockDim.x) {
-    auto sum = [&](const float* part) {
-      float4 s = reinterpret_cast<const float4*>(part)[i];
-      for (int b = 1; b < blocks; ++b) {
-        const float4 x = reinterpret_cast<const float4*>(part + b * p.part_plane)[i];
-        s = make_float4(s.x + x.x, s.y + x.y, s.z + x.z, s.w + x.w);
-      }
-      return s;
-    };
-    auto store = [&](void* out, float4 s) {
-      uint2 packed = make_uint2(pack2<T>(s.x, s.y), pack2<T>(s.z, s.w));
-      reinterpret_cast<uint2*>(out)[i] = packed;
-    };
-    if (p.dq_part) store(p.dq, sum(p.dq_part));
-    if (p.dk_part) store(p.dk, sum(p.dk_part));
-    if (p.dg_part) reinterpret_cast<float4*>(p.dg)[i] = sum(p.dg_part);
-  }
-}
-
-/// out = the sum of `blocks` fp32 planes of `plane` elements (the value blocks' d_u partials).
-__global__ inline void diagSumPlanesKernel(const float* parts, float* out, int64_t plane, int blocks) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < plane; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = parts[i];
-    for (int b = 1; b < blocks; ++b) s += parts[b * plane + i];
-    out[i] = s;
   }
 }
 

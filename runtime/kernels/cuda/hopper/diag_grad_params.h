@@ -28,15 +28,6 @@ struct DiagGradParams {
   void* dv;               // [B, T, H, dv] or null
   float* dg;              // [B, T, H, dk] or null
   float* du_part;         // [slots, H, dk] d_u partials (exclusive, d_u wanted) or null
-  float* du_blocks;       // value blocks (below): each block's d_u partials, a plane of du_plane
-  int64_t du_plane;       // ([slots, H, dk]) per block, summed into du_part afterwards
-  // Value blocks (dv above the stage's tile, diag_key_grad.cuh): each block's dq, dk and dg, fp32, a
-  // plane of part_plane elements ([B, T, H, dk]) per block, summed into dq, dk, dg afterwards;
-  // null (one block): written directly.
-  float* dq_part;
-  float* dk_part;
-  float* dg_part;
-  int64_t part_plane;
   // The stages by key block (diag_key_grad.cuh, diag_value_grad.cuh): each key block's share of
   // A^T, fp32, a plane of at_plane elements ([slots, H, C, C]) per block, and K e^{B - b} (input
   // dtype), both written by the key stage for the value stage's dv; null where dv is not wanted.

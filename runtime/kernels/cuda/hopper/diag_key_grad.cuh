@@ -1,6 +1,6 @@
 // Hopper backward, chunk-parallel gradients of the additive rule with a DIAGONAL decay (GLA,
 // HGRN-2, RWKV-6; readout Inclusive or ExclusiveBonus), 16-bit inputs, dk and dv in {64, 128}
-// (and dv in value blocks of 128, below): the wgmma replacement of chunk_backward_diagonal.cu's
+// (and dv in value tiles of 128, below): the wgmma replacement of chunk_backward_diagonal.cu's
 // passes 2 and 3 (chunk_backward_diagonal_dqdk.cu, chunk_backward_diagonal_dv.cu), reading the
 // state passes' workspaces S_c and dS_{c+1} in the input dtype (diag_state_scan.cuh; that file's
 // header and chunk_backward_diagonal.cu's state the maths; numpy transcription with these
@@ -48,7 +48,7 @@
 // channels, so the stage runs in two kernels small enough for two CTAs a SM (one CTA of three
 // warpgroups per (chunk, head), which computed all of it at one CTA a SM, ran 1.6x slower for GLA):
 //   the key stage (this file), one CTA of two warpgroups per (chunk slot, head, block of
-//   kDiagKeyBlock key channels[, value block]): D (each block recomputes it; K = dv), dq and dk of
+//   kDiagKeyBlock key channels): D (each key block recomputes it; K = dv), dq and dk of
 //   its channels (warpgroups 0 and 1: the inter-chunk products, the off-diagonal 16-token blocks
 //   on wgmma, the diagonal blocks by decay chains), d_g of its channels, and for dv its channels'
 //   share of A^T (fp32: the diagonal blocks by both warpgroups, off-diagonal block 3 on warpgroup
@@ -58,12 +58,11 @@
 // Shared memory by phase (dv tile 128: 107 KB): q, k, D and b throughout; v, dO, S_c and dS_{c+1}
 // (the block's rows) for D and the inter-chunk products; then Ks, Qs, two Kr_i tiles and e^{g}
 // for the intra-chunk products; then d_g's staging over them; A^T's share beside.
-// Value blocks (dv above the tile DV; the exclusive readout at dk 256 only, where the lab's cases
-// have run it): every term of dq, dk, dg and the d_u partials above is a sum over the value columns (D,
-// dO S^T, V dS^T, <S_c, dS_{c+1}>; the bonus's D[t][t]), so a CTA per (chunk slot, head, key
-// block, block of DV columns) computes its block's share, as if the block were the whole value
-// dim, into fp32 planes (dg's scratch rows included), and diagSumValueBlocksKernel adds them;
-// A^T and K e^{B - b} do not depend on the value block (the first block's CTAs write them).
+// Value tiles (dv above the tile DV; the exclusive readout at dk 256 only, where the lab's cases
+// have run it): only D, dO S^T, V dS^T and <S_c, dS_{c+1}> sum over the value columns, so a CTA
+// walks the value tiles through one set of v, dO, S_c and dS_{c+1} buffers, accumulating those
+// four in fp32 (the products on the tensor cores' accumulators), and runs everything after them
+// once, so the intra-chunk work is not repeated per value tile and dq, dk, dg are rounded once.
 #pragma once
 
 #include "diag_grad_common.cuh"
@@ -116,7 +115,7 @@ struct DiagKeyGradTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
-template <class T, int DV, bool kLowHalves, bool kValueBlocks>
+template <class T, int DV, bool kLowHalves>
 __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const DiagGradParams p) {
   using Tiles = DiagKeyGradTiles<T, DV>;
   using G = typename Tiles::G;
@@ -129,20 +128,15 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   if (!slotToChunk<C>(p, int64_t(blockIdx.x), n, bos, len, chunk, coff)) return;
   const int tid = threadIdx.x, wg = tid / kWarpgroupThreads, wtid = tid % kWarpgroupThreads;
   const int h = blockIdx.y, H = p.heads, DK = p.key_dim;
-  const int keyBlocks = DK / KB, kb = int(blockIdx.z) % keyBlocks, vb = int(blockIdx.z) / keyBlocks;
+  const int kb = int(blockIdx.z);
   const int k0 = kb * KB;
   const int64_t tok0 = bos + chunk * C, slot = coff + chunk;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
-  // kValueBlocks: this CTA's value block is columns [v0, v0 + DV) of value_dim, and dq, dk and dg
-  // go to the block's fp32 planes (diag_grad_params.h); else value_dim = DV
-  const int dvAll = kValueBlocks ? p.value_dim : DV, v0 = kValueBlocks ? vb * DV : 0;
+  const int dvAll = p.value_dim;  // value tiles of DV columns
   const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * dvAll;
   const int64_t offK = tok0 * rowK + int64_t(h) * DK + k0;  // the block's channels at token tok0
-  const int64_t partOffset = kValueBlocks ? int64_t(vb) * p.part_plane : 0;
-  float* const dgOut = kValueBlocks ? (p.dg_part ? p.dg_part + partOffset : nullptr) : p.dg;  // also scratch
-  const bool excl = p.exclusive != 0, wantDg = dgOut != nullptr;
-  // dv's operands do not depend on the value block: the first value block's CTAs write them
-  const bool wantValues = p.dv != nullptr && vb == 0;
+  const bool excl = p.exclusive != 0, wantDg = p.dg != nullptr;  // dg's rows also serve as scratch
+  const bool wantValues = p.dv != nullptr;  // dv's operands for the value stage
   const float scale = p.scale;
 
   const auto tQ = smemTile(sm.q, typename G::Qk{});
@@ -187,13 +181,58 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
     return make_float2(qq.x * f.x, qq.y * f.y);
   };
 
-  // ---- loads: q, k, g (the block's channels), v, d_o, S_c and dS_{c+1} (the block's rows) ----
-  {
+  // ---- loads and phase 1, one value tile of DV columns at a time: q, k and g (the block's
+  // channels) once; v, dO, S_c and dS_{c+1} (the block's rows) per tile, into the same buffers.
+  // D and dq_inter (warpgroup 0), dk_inter (warpgroup 1) and <S_c, dS_{c+1}> sum over the tiles.
+  // The first tile is peeled: b's cumsum runs beside its dot products before any accumulator
+  // holds a value ----
+  typename G::MmaXS mmaXS;
+  const auto cX = accCoords<C, KB>(mmaXS);
+  Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<KB>>{});  // dq (0) or dk (1)
+  auto thrX = mmaXS.get_thread_slice(wtid);
+  typename G::MmaOV mmaD;
+  auto thrD = mmaD.get_thread_slice(wtid);
+  Tensor accD = partition_fragment_C(mmaD, Shape<Int<C>, Int<C>>{});  // D (warpgroup 0)
+  auto loadValueTile = [&](int vt) {
+    const int v0 = vt * DV;
     const int64_t offV = tok0 * rowV + int64_t(h) * dvAll + v0;
-    loadTile<false, C, KB, kKeyGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
-    loadTile<false, C, KB, kKeyGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
     loadTile<false, C, DV, kKeyGradThreads>(tV, 0, static_cast<const T*>(p.v) + offV, rowV, rows);
     loadTile<false, C, DV, kKeyGradThreads>(tO, 0, static_cast<const T*>(p.d_o) + offV, rowV, rows);
+    // [slots, H, dk, dv]: the block's rows k0 .. k0 + KB, columns v0 .. v0 + DV
+    const int64_t st = (slot * H + h) * int64_t(DK) * dvAll + int64_t(k0) * dvAll + v0;
+    loadTile<false, KB, DV, kKeyGradThreads>(tS, 0, static_cast<const T*>(p.states) + st, dvAll, KB);
+    loadTile<false, KB, DV, kKeyGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + st, dvAll, KB);
+    copyCommit();
+  };
+  auto dotProducts = [&](bool first) {  // <S_c[d, :], dS_{c+1}[d, :]> per key row, threads KB ..
+    for (int d = tid - KB; d < KB; d += kKeyGradThreads - KB) {
+      float dot = first ? 0.f : sm.zdot[d];
+      for (int v = 0; v < DV; v += 2) {
+        const float2 a = unpack2<T>(lds32(tS.at(d, v))), e = unpack2<T>(lds32(tDS.at(d, v)));
+        dot = fmaf(a.y, e.y, fmaf(a.x, e.x, dot));
+      }
+      sm.zdot[d] = dot;
+    }
+  };
+  auto products = [&](auto firstTile) {
+    constexpr bool kFirst = decltype(firstTile)::value;
+    if (wg == 0) {
+      issue(accD, acc);
+      gemm<kFirst>(mmaD, thrD.partition_fragment_A(tO.tensor()(_, _, 0)), thrD.partition_fragment_B(tV.tensor()(_, _, 0)),
+                   accD);
+      gemm<kFirst>(mmaXS, thrX.partition_fragment_A(tO.tensor()(_, _, 0)), thrX.partition_fragment_B(tS.tensor()(_, _, 0)),
+                   acc);
+      commitAndWait(accD, acc);
+    } else {
+      issue(acc);
+      gemm<kFirst>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)), thrX.partition_fragment_B(tDS.tensor()(_, _, 0)),
+                   acc);
+      commitAndWait(acc);
+    }
+  };
+  {
+    loadTile<false, C, KB, kKeyGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
+    loadTile<false, C, KB, kKeyGradThreads>(tK, 0, static_cast<const T*>(p.k) + offK, rowK, rows);
     const float* g = p.g + offK;
     for (int i = tid; i < C * KB / 4; i += kKeyGradThreads) {
       const int t = i / (KB / 4), c = (i % (KB / 4)) * 4;
@@ -201,11 +240,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
       copy16(static_cast<uint32_t>(__cvta_generic_to_shared(&sm.b[bIndex<KB>(t, c)])),
              g + (valid ? t * rowK + c : 0), valid);
     }
-    // [slots, H, dk, dv]: the block's rows k0 .. k0 + KB, columns v0 .. v0 + DV
-    const int64_t st = (slot * H + h) * int64_t(DK) * dvAll + int64_t(k0) * dvAll + v0;
-    loadTile<false, KB, DV, kKeyGradThreads>(tS, 0, static_cast<const T*>(p.states) + st, dvAll, KB);
-    loadTile<false, KB, DV, kKeyGradThreads>(tDS, 0, static_cast<const T*>(p.dstates) + st, dvAll, KB);
-    copyCommit();
+    loadValueTile(0);
     if (excl)
       for (int c = tid; c < KB; c += kKeyGradThreads) sm.u[c] = p.u[int64_t(h) * DK + k0 + c];
     copyWait<0>();
@@ -224,53 +259,35 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
           sm.b[bIndex<KB>(t0 + j, c)] = float(run);
         }
       }
-    } else {  // meanwhile <S_c[d, :], dS_{c+1}[d, :]> per key row, from the 16-bit tiles
-      for (int d = tid - KB; d < KB; d += kKeyGradThreads - KB) {
-        float dot = 0.f;
-        for (int v = 0; v < DV; v += 2) {
-          const float2 a = unpack2<T>(lds32(tS.at(d, v))), e = unpack2<T>(lds32(tDS.at(d, v)));
-          dot = fmaf(a.y, e.y, fmaf(a.x, e.x, dot));
-        }
-        sm.zdot[d] = dot;
-      }
+    } else {
+      dotProducts(true);
     }
-    __syncthreads();
+    products(std::true_type{});
   }
-
-  // ---- phase 1: D and dq_inter (warpgroup 0), dk_inter (warpgroup 1) ----
-  typename G::MmaXS mmaXS;
-  const auto cX = accCoords<C, KB>(mmaXS);
-  Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<KB>>{});  // dq (0) or dk (1)
-  auto thrX = mmaXS.get_thread_slice(wtid);
+#pragma unroll 1
+  for (int vt = 1; vt < dvAll / DV; ++vt) {
+    __syncthreads();  // the previous tile's products and dot products are done with its buffers
+    loadValueTile(vt);
+    copyWait<0>();
+    __syncthreads();
+    if (tid >= KB) dotProducts(false);
+    products(std::false_type{});
+  }
+  __syncthreads();  // b's cumsum and the dot products done
   if (wg == 0) {
-    typename G::MmaOV mma;
-    auto thr = mma.get_thread_slice(wtid);
-    Tensor accD = partition_fragment_C(mma, Shape<Int<C>, Int<C>>{});
-    issue(accD);
-    gemm<true>(mma, thr.partition_fragment_A(tO.tensor()(_, _, 0)), thr.partition_fragment_B(tV.tensor()(_, _, 0)),
-               accD);
-    commitAndWait(accD);
-    forEachPair<typename G::MmaOV>(accCoords<C, C>(mma), [&](int i, int t, int s) {
+    forEachPair<typename G::MmaOV>(accCoords<C, C>(mmaD), [&](int i, int t, int s) {
       const float d0 = scale * accD(i), d1 = scale * accD(i + 1);
       sts32(tD.at(t, s), pack2<T>(d0, d1));
       if (s == t) sm.ddiag[t] = d0;
       if (s + 1 == t) sm.ddiag[t] = d1;
     });
-    issue(acc);
-    gemm<true>(mmaXS, thrX.partition_fragment_A(tO.tensor()(_, _, 0)), thrX.partition_fragment_B(tS.tensor()(_, _, 0)),
-               acc);
-    commitAndWait(acc);
     forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
       const float2 f = exp2f2(bq2(t, c));
       acc(i) *= scale * f.x;
       acc(i + 1) *= scale * f.y;
     });
   } else {
-    issue(acc);
-    gemm<true>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)), thrX.partition_fragment_B(tDS.tensor()(_, _, 0)),
-               acc);
-    commitAndWait(acc);
-    float* dg = dgOut + offK;
+    float* dg = p.dg + offK;
     forEachPair<typename G::MmaXS>(cX, [&](int i, int s, int c) {
       const float2 f = exp2f2(sub2(b2(C - 1, c), b2(s, c)));
       acc(i) *= f.x;
@@ -541,8 +558,6 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   {
     const bool isDq = wg == 0;
     void* out = isDq ? p.dq : p.dk;
-    float* part = kValueBlocks ? (isDq ? p.dq_part : p.dk_part) : nullptr;
-    if (part) part += partOffset + offK;
     const auto own = isDq ? tQ : tK;    // q for dq' (q dq'), k for dk (k dk)
     const auto other = isDq ? tK : tQ;  // the bonus: dq += D[t][t] u k, dk += D[s][s] u q
     float* stage = isDq ? stP : stK;
@@ -558,11 +573,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
         x1 += sm.ddiag[t] * sm.u[c + 1] * y.y;
       }
       if (t >= rows) return;
-      if constexpr (kValueBlocks) {
-        if (part) *reinterpret_cast<float2*>(part + t * rowK + c) = make_float2(x0, x1);
-      } else if (out) {
-        *reinterpret_cast<uint32_t*>(static_cast<T*>(out) + offK + t * rowK + c) = pack2<T>(x0, x1);
-      }
+      if (out) *reinterpret_cast<uint32_t*>(static_cast<T*>(out) + offK + t * rowK + c) = pack2<T>(x0, x1);
     });
   }
   __syncthreads();
@@ -575,8 +586,8 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
       reinterpret_cast<float4*>(dst)[i] = *reinterpret_cast<const float4*>(&at[s * kLdAt + t]);
     }
   }
-  // sum_t D[t][t] q_t k_t per channel (a value block's share into its plane)
-  float* const du = kValueBlocks ? (p.du_blocks ? p.du_blocks + int64_t(vb) * p.du_plane : nullptr) : p.du_part;
+  // sum_t D[t][t] q_t k_t per channel
+  float* const du = p.du_part;
   if (excl && du && tid >= KB && tid < 2 * KB) {
     const int c = tid - KB;
     float a = 0.f;
@@ -591,7 +602,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   // ---- phase 4: dg_t = Z + sum_{t' >= t} (p - kin)_t' + sum_{s < t} E_s
   // [- p_t], a thread per channel, E = k dk_inter parked in dg's rows ----
   const int c = tid;
-  float* dg = dgOut + offK + c;
+  float* dg = p.dg + offK + c;
   float prefix = 0.f;
 #pragma unroll 1
   for (int t0 = 0; t0 < C; t0 += NB) {

@@ -92,45 +92,30 @@ __global__ void __launch_bounds__(kWarpgroupThreads) diagValueGradKernel(const D
   });
 }
 
-/// The gradient stage over every chunk slot, head and value block (diag_grad_<dtype>.cu instantiate
-/// it): the key stage, the value blocks' sums where there are several (p's part planes set), then
-/// the value stage where dv is wanted (p.at_part and p.kexp set).
+/// The gradient stage over every chunk slot and head (diag_grad_<dtype>.cu instantiate it): the key
+/// stage (its CTAs walk the value tiles of DV columns), then the value stage, a CTA per value tile,
+/// where dv is wanted (p.at_part and p.kexp set).
 template <class T, int DK, int DV>
-void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaStream_t stream) {
+void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
   static_assert(DK % kDiagKeyBlock == 0, "whole key blocks");
   constexpr int keyBlocks = DK / kDiagKeyBlock;
   LINAC_REQUIRE(p.key_dim == DK, "hopper diagKeyGrad: key_dim and the instantiation disagree");
-  LINAC_REQUIRE(valueBlocks == 1 || DV == 128, "hopper diagKeyGrad: value blocks of 128 columns");
-  auto kernel = p.low_halves ? diagKeyGradKernel<T, DV, true, false> : diagKeyGradKernel<T, DV, false, false>;
-  if constexpr (DV == 128) {
-    if (valueBlocks > 1)
-      kernel = p.low_halves ? diagKeyGradKernel<T, DV, true, true> : diagKeyGradKernel<T, DV, false, true>;
-  }
+  LINAC_REQUIRE(p.value_dim % DV == 0, "hopper diagKeyGrad: whole value tiles");
+  auto kernel = p.low_halves ? diagKeyGradKernel<T, DV, true> : diagKeyGradKernel<T, DV, false>;
   constexpr size_t bytes = DiagKeyGradTiles<T, DV>::kSmemBytes;
   static_assert(2 * (bytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm), "two CTAs per SM");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         int(cudaSharedmemCarveoutMaxShared)));
-  kernel<<<dim3(unsigned(slots), p.heads, unsigned(keyBlocks * valueBlocks)), kKeyGradThreads, bytes, stream>>>(p);
+  kernel<<<dim3(unsigned(slots), p.heads, unsigned(keyBlocks)), kKeyGradThreads, bytes, stream>>>(p);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagKeyGradKernel");
-  if (valueBlocks > 1) {
-    constexpr int kThreads = 256;
-    const int64_t quads = p.part_plane / 4;
-    const unsigned grid = unsigned(std::min<int64_t>((quads + kThreads - 1) / kThreads, 65535));
-    diagSumValueBlocksKernel<T><<<grid, kThreads, 0, stream>>>(p, valueBlocks);
-    LINAC_CUDA_CHECK_LAUNCH("hopper::diagSumValueBlocksKernel");
-    if (p.du_blocks && p.du_part) {
-      const unsigned duGrid = unsigned(std::min<int64_t>((p.du_plane + kThreads - 1) / kThreads, 65535));
-      diagSumPlanesKernel<<<duGrid, kThreads, 0, stream>>>(p.du_blocks, p.du_part, p.du_plane, valueBlocks);
-      LINAC_CUDA_CHECK_LAUNCH("hopper::diagSumPlanesKernel");
-    }
-  }
   if (!p.dv) return;
   LINAC_REQUIRE(p.at_part && p.kexp, "hopper diagValueGrad: the key stage's workspaces are missing");
   auto values = diagValueGradKernel<T, DK, DV>;
   constexpr size_t valueBytes = DiagValueGradTiles<T, DK, DV>::kSmemBytes;
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(values, cudaFuncAttributeMaxDynamicSharedMemorySize, int(valueBytes)));
-  values<<<dim3(unsigned(slots), p.heads, unsigned(valueBlocks)), kWarpgroupThreads, valueBytes, stream>>>(p, keyBlocks);
+  const unsigned valueTiles = unsigned(p.value_dim / DV);
+  values<<<dim3(unsigned(slots), p.heads, valueTiles), kWarpgroupThreads, valueBytes, stream>>>(p, keyBlocks);
   LINAC_CUDA_CHECK_LAUNCH("hopper::diagValueGradKernel");
 }
 
@@ -138,8 +123,8 @@ void runDiagGrad(const DiagGradParams& p, int64_t slots, int valueBlocks, cudaSt
 
 // Used inside namespace linac::kernels::cuda::hopper.
 #define LINAC_HOPPER_DIAG_GRAD_INSTANTIATE(T)                                                  \
-  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, int, cudaStream_t);  \
-  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, int, cudaStream_t); \
-  template void runDiagGrad<T, 256, 128>(const DiagGradParams&, int64_t, int, cudaStream_t);
+  template void runDiagGrad<T, 64, 64>(const DiagGradParams&, int64_t, cudaStream_t);  \
+  template void runDiagGrad<T, 64, 128>(const DiagGradParams&, int64_t, cudaStream_t); \
+  template void runDiagGrad<T, 128, 64>(const DiagGradParams&, int64_t, cudaStream_t); \
+  template void runDiagGrad<T, 128, 128>(const DiagGradParams&, int64_t, cudaStream_t); \
+  template void runDiagGrad<T, 256, 128>(const DiagGradParams&, int64_t, cudaStream_t);
