@@ -530,7 +530,7 @@ ab() {
   unpack_lab lab_before /tmp/lab_before || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   rm -rf /tmp/lab_draws && mkdir -p /tmp/lab_draws
-  phase 120 /tmp/lab_after ${AB_CASES_ARGS:---no-bench} --dump-failing /tmp/lab_draws > "$OUT/ab_cases.log" 2>&1
+  phase "${AB_CASES_LIMIT:-120}" /tmp/lab_after ${AB_CASES_ARGS:---no-bench} --dump-failing /tmp/lab_draws > "$OUT/ab_cases.log" 2>&1
   echo "cases rc=$? ($(grep -c PASS "$OUT/ab_cases.log") pass, $((SECONDS - start)) s)"
   grep -E "FAIL" "$OUT/ab_cases.log" | head -12
   if [ -n "${AB_CASES2_ARGS:-}" ]; then  # the cases once more with another path's switches, e.g. an opt-in
@@ -568,7 +568,9 @@ ab() {
       order="before after"; [ $((r % 2)) = 0 ] && order="after before"
       for b in $order; do
         echo "== round $r" >> "$OUT/ab_${rows%-}_$b.log"
-        phase 60 "/tmp/lab_$b" --bench-only ${AB_BENCH_ARGS:-} --bench-rows "$rows" >> "$OUT/ab_${rows%-}_$b.log" 2>&1
+        # AB_BENCH_LIMIT: seconds a process (the D256 rows draw ~70M-element inputs on the host first)
+        phase "${AB_BENCH_LIMIT:-60}" "/tmp/lab_$b" --bench-only ${AB_BENCH_ARGS:-} --bench-rows "$rows" \
+          >> "$OUT/ab_${rows%-}_$b.log" 2>&1
         echo "$rows round $r $b rc=$? ($((SECONDS - start)) s)"
       done
     done
