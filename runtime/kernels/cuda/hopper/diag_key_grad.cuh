@@ -115,7 +115,7 @@ struct DiagKeyGradTiles {
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
 
-template <class T, int DV, bool kLowHalves>
+template <class T, int DV, bool kLowHalves, bool kValueTiles>
 __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const DiagGradParams p) {
   using Tiles = DiagKeyGradTiles<T, DV>;
   using G = typename Tiles::G;
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
   const int k0 = kb * KB;
   const int64_t tok0 = bos + chunk * C, slot = coff + chunk;
   const int rows = int(len - chunk * C < C ? len - chunk * C : C);
-  const int dvAll = p.value_dim;  // value tiles of DV columns
+  const int dvAll = kValueTiles ? p.value_dim : DV;  // kValueTiles: value tiles of DV columns
   const int64_t rowK = int64_t(H) * DK, rowV = int64_t(H) * dvAll;
   const int64_t offK = tok0 * rowK + int64_t(h) * DK + k0;  // the block's channels at token tok0
   const bool excl = p.exclusive != 0, wantDg = p.dg != nullptr;  // dg's rows also serve as scratch
@@ -181,18 +181,16 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
     return make_float2(qq.x * f.x, qq.y * f.y);
   };
 
-  // ---- loads and phase 1, one value tile of DV columns at a time: q, k and g (the block's
-  // channels) once; v, dO, S_c and dS_{c+1} (the block's rows) per tile, into the same buffers.
-  // D and dq_inter (warpgroup 0), dk_inter (warpgroup 1) and <S_c, dS_{c+1}> sum over the tiles.
-  // The first tile is peeled: b's cumsum runs beside its dot products before any accumulator
-  // holds a value ----
+  // ---- loads and phase 1: q, k and g (the block's channels); v, dO, S_c and dS_{c+1} (the block's
+  // rows) one value tile of DV columns at a time, into the same buffers; D and dq_inter (warpgroup
+  // 0), dk_inter (warpgroup 1) and <S_c, dS_{c+1}> summed over the tiles ----
   typename G::MmaXS mmaXS;
   const auto cX = accCoords<C, KB>(mmaXS);
   Tensor acc = partition_fragment_C(mmaXS, Shape<Int<C>, Int<KB>>{});  // dq (0) or dk (1)
   auto thrX = mmaXS.get_thread_slice(wtid);
   typename G::MmaOV mmaD;
   auto thrD = mmaD.get_thread_slice(wtid);
-  Tensor accD = partition_fragment_C(mmaD, Shape<Int<C>, Int<C>>{});  // D (warpgroup 0)
+  const auto fO = thrX.partition_fragment_A(tO.tensor()(_, _, 0));
   auto loadValueTile = [&](int vt) {
     const int v0 = vt * DV;
     const int64_t offV = tok0 * rowV + int64_t(h) * dvAll + v0;
@@ -214,21 +212,20 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
       sm.zdot[d] = dot;
     }
   };
-  auto products = [&](auto firstTile) {
-    constexpr bool kFirst = decltype(firstTile)::value;
-    if (wg == 0) {
-      issue(accD, acc);
-      gemm<kFirst>(mmaD, thrD.partition_fragment_A(tO.tensor()(_, _, 0)), thrD.partition_fragment_B(tV.tensor()(_, _, 0)),
-                   accD);
-      gemm<kFirst>(mmaXS, thrX.partition_fragment_A(tO.tensor()(_, _, 0)), thrX.partition_fragment_B(tS.tensor()(_, _, 0)),
-                   acc);
-      commitAndWait(accD, acc);
-    } else {
-      issue(acc);
-      gemm<kFirst>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)), thrX.partition_fragment_B(tDS.tensor()(_, _, 0)),
-                   acc);
-      commitAndWait(acc);
-    }
+  // dk_inter's product on warpgroup 1 (every tile after the first accumulates)
+  auto keyProduct = [&](auto firstTile) {
+    issue(acc);
+    gemm<decltype(firstTile)::value>(mmaXS, thrX.partition_fragment_A(tV.tensor()(_, _, 0)),
+                                     thrX.partition_fragment_B(tDS.tensor()(_, _, 0)), acc);
+    commitAndWait(acc);
+  };
+  auto storeD = [&](const auto& accD) {
+    forEachPair<typename G::MmaOV>(accCoords<C, C>(mmaD), [&](int i, int t, int s) {
+      const float d0 = scale * accD(i), d1 = scale * accD(i + 1);
+      sts32(tD.at(t, s), pack2<T>(d0, d1));
+      if (s == t) sm.ddiag[t] = d0;
+      if (s + 1 == t) sm.ddiag[t] = d1;
+    });
   };
   {
     loadTile<false, C, KB, kKeyGradThreads>(tQ, 0, static_cast<const T*>(p.q) + offK, rowK, rows);
@@ -262,25 +259,52 @@ __global__ void __launch_bounds__(kKeyGradThreads, 2) diagKeyGradKernel(const Di
     } else {
       dotProducts(true);
     }
-    products(std::true_type{});
-  }
-#pragma unroll 1
-  for (int vt = 1; vt < dvAll / DV; ++vt) {
-    __syncthreads();  // the previous tile's products and dot products are done with its buffers
-    loadValueTile(vt);
-    copyWait<0>();
     __syncthreads();
-    if (tid >= KB) dotProducts(false);
-    products(std::false_type{});
   }
-  __syncthreads();  // b's cumsum and the dot products done
+  if constexpr (!kValueTiles) {
+    // one tile: warpgroup 0 stores D while warpgroup 1's product runs, then forms dq_inter
+    if (wg == 0) {
+      Tensor accD = partition_fragment_C(mmaD, Shape<Int<C>, Int<C>>{});
+      issue(accD);
+      gemm<true>(mmaD, thrD.partition_fragment_A(tO.tensor()(_, _, 0)), thrD.partition_fragment_B(tV.tensor()(_, _, 0)),
+                 accD);
+      commitAndWait(accD);
+      storeD(accD);
+      issue(acc);
+      gemm<true>(mmaXS, fO, thrX.partition_fragment_B(tS.tensor()(_, _, 0)), acc);
+      commitAndWait(acc);
+    } else {
+      keyProduct(std::true_type{});
+    }
+  } else {
+    // several tiles: D and dq_inter accumulate in one batch a tile; D is stored after the last
+    Tensor accD = partition_fragment_C(mmaD, Shape<Int<C>, Int<C>>{});
+    auto tileProducts = [&](auto firstTile) {
+      constexpr bool kFirst = decltype(firstTile)::value;
+      if (wg == 0) {
+        issue(accD, acc);
+        gemm<kFirst>(mmaD, thrD.partition_fragment_A(tO.tensor()(_, _, 0)),
+                     thrD.partition_fragment_B(tV.tensor()(_, _, 0)), accD);
+        gemm<kFirst>(mmaXS, fO, thrX.partition_fragment_B(tS.tensor()(_, _, 0)), acc);
+        commitAndWait(accD, acc);
+      } else {
+        keyProduct(firstTile);
+      }
+    };
+    tileProducts(std::true_type{});
+#pragma unroll 1
+    for (int vt = 1; vt < dvAll / DV; ++vt) {
+      __syncthreads();  // the previous tile's products and dot products are done with its buffers
+      loadValueTile(vt);
+      copyWait<0>();
+      __syncthreads();
+      if (tid >= KB) dotProducts(false);
+      tileProducts(std::false_type{});
+    }
+    __syncthreads();  // the last tile's dot products done
+    if (wg == 0) storeD(accD);
+  }
   if (wg == 0) {
-    forEachPair<typename G::MmaOV>(accCoords<C, C>(mmaD), [&](int i, int t, int s) {
-      const float d0 = scale * accD(i), d1 = scale * accD(i + 1);
-      sts32(tD.at(t, s), pack2<T>(d0, d1));
-      if (s == t) sm.ddiag[t] = d0;
-      if (s + 1 == t) sm.ddiag[t] = d1;
-    });
     forEachPair<typename G::MmaXS>(cX, [&](int i, int t, int c) {
       const float2 f = exp2f2(bq2(t, c));
       acc(i) *= scale * f.x;

@@ -100,8 +100,12 @@ void runDiagGrad(const DiagGradParams& p, int64_t slots, cudaStream_t stream) {
   static_assert(DK % kDiagKeyBlock == 0, "whole key blocks");
   constexpr int keyBlocks = DK / kDiagKeyBlock;
   LINAC_REQUIRE(p.key_dim == DK, "hopper diagKeyGrad: key_dim and the instantiation disagree");
-  LINAC_REQUIRE(p.value_dim % DV == 0, "hopper diagKeyGrad: whole value tiles");
-  auto kernel = p.low_halves ? diagKeyGradKernel<T, DV, true> : diagKeyGradKernel<T, DV, false>;
+  LINAC_REQUIRE(p.value_dim == DV || (DV == 128 && p.value_dim % DV == 0), "hopper diagKeyGrad: whole value tiles of 128");
+  auto kernel = p.low_halves ? diagKeyGradKernel<T, DV, true, false> : diagKeyGradKernel<T, DV, false, false>;
+  if constexpr (DV == 128) {
+    if (p.value_dim > DV)
+      kernel = p.low_halves ? diagKeyGradKernel<T, DV, true, true> : diagKeyGradKernel<T, DV, false, true>;
+  }
   constexpr size_t bytes = DiagKeyGradTiles<T, DV>::kSmemBytes;
   static_assert(2 * (bytes + kSharedBytesReservedPerCta) <= size_t(kSharedBytesPerSm), "two CTAs per SM");
   LINAC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
