@@ -353,6 +353,7 @@ lab() {
       || echo "fla gated_deltanet at $FLA_WIDE_SHAPE failed or timed out"
   fi
   echo "fla ops done ($((SECONDS - start)) s)"; tail -3 /tmp/fla_bench.err
+  [ -s /tmp/fla_bench.err ] && tail -200 /tmp/fla_bench.err > "$OUT/fla_bench.err"  # why an op failed
   cat "$OUT/fla_bench.jsonl"
   # the lab's default dispatch beside fla's ops: one table a shape, the ratios' geometric mean
   python3 bench/lab_rows.py "$OUT/lab_bench.log" --commit "${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" \

@@ -50,7 +50,8 @@
 //   --bench-only  the timings alone (forward; backward too unless --no-bwd)
 //   --no-fwd      no forward timing rows (the backward's alone, e.g. under ncu)
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"; "T16384,D256": any of
-//                 several), at the first shape (B8 T4096 H8 D128): a short run for a profiler
+//                 several); the forward table's rows at its first shape (B8 T4096 H8 D128) unless a
+//                 part names another shape's token (T16384, D64, D256): a short run for a profiler
 //   --seed N      the random stream's seed (printed on the device line of every run): replays a run
 //   --dump-failing DIR  each backward case with a failing check writes its draw, the float64
 //                 reference and the kernels' gradients to DIR/bwd-<n>.bin (lab_dump.h), for
@@ -792,7 +793,10 @@ void checkAutotune() {
 }
 
 /// The timing rows to run: all, or (--bench-rows TEXT) those whose name contains TEXT, or one of
-/// TEXT's comma-separated parts, at the first shape only.
+/// TEXT's comma-separated parts. The forward table's rows at its other shapes are named with the
+/// backward rows' shape tokens ("RetNet   additive-fixed T16384"), and run under a filter only
+/// where a part names the token: "additive-fixed" is the first shape's row, "T16384" every row
+/// at that shape.
 const char* benchRows = nullptr;
 bool benchRow(const char* name) {
   if (benchRows == nullptr) return true;
@@ -865,8 +869,9 @@ void bench() {
     std::printf("%-30s %-18s %10.3f %10s %10s %10s %10s %10s %10s %10s %10.3f %10s\n", name, dims, ms, column,
                 overlap, early, inline_, blocks32, split, whole, old, fla);
   };
-  struct Shape { int B, T, H, D; };
-  const Shape shapes[] = {{8, 4096, 8, 128}, {2, 16384, 4, 128}, {8, 4096, 8, 64}, {8, 4096, 8, 256}};
+  struct Shape { int B, T, H, D; const char* token; };  // token: the shape's name in --bench-rows
+  const Shape shapes[] = {
+      {8, 4096, 8, 128, ""}, {2, 16384, 4, 128, "T16384"}, {8, 4096, 8, 64, "D64"}, {8, 4096, 8, 256, "D256"}};
   std::printf("\nforward timing, bf16 (median of 30 after 5 warm-ups); 'default' is the dispatch\n"
               "(Hopper stages where they apply), 'mma.sync' the skeleton (LINAC_HOPPER=0); fla: 0.6.0\n"
               "on an H200 at B8 T4096 H8 D128, 2026-12-03, an anchor from another call (bench/NOTES.md,\n"
@@ -885,7 +890,9 @@ void bench() {
               "column", "overlap", "early", "inline", "blocks32", "split", "whole", "mma.sync", "fla");
   for (const auto& sh : shapes)
     for (const auto& r : rows) {
-      if (!benchRow(r.name) || (benchRows != nullptr && &sh != &shapes[0])) continue;
+      const std::string label = *sh.token ? std::string(r.name) + " " + sh.token : std::string(r.name);
+      if (!benchRow(label.c_str())) continue;
+      if (benchRows != nullptr && *sh.token && std::strstr(benchRows, sh.token) == nullptr) continue;
       const bool anchor = sh.B == 8 && sh.T == 4096 && sh.H == 8 && sh.D == 128;
       timeRow(r.name, r.kind, sh.B, sh.T, sh.H, sh.D, sh.D, anchor ? std::to_string(r.anchor).substr(0, 5).c_str() : "-");
     }
