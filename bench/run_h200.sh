@@ -119,7 +119,12 @@ BYPASS=(); [ "${FLA_BYPASS:-0}" = 1 ] && BYPASS=(--bypass-hopper-guard)
 start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start))); }
 # Bounded phase: run "$@" with at most min($1, time left - reserve) seconds.
-phase() { local t=$1; shift; local l=$(( $(left) - 40 )); [ "$l" -lt "$t" ] && t=$l; [ "$t" -gt 5 ] || return 124; timeout "$t" "$@"; }
+# A phase the budget leaves no time for is skipped (rc 124), saying so where its output goes.
+phase() {
+  local t=$1; shift; local l=$(( $(left) - 40 )); [ "$l" -lt "$t" ] && t=$l
+  if [ "$t" -le 5 ]; then echo "skipped ($(left) s of the budget left, 40 reserved): $*"; return 124; fi
+  timeout "$t" "$@"
+}
 L=./build-gpu/bin/linac
 WARM=/tmp/linac-fla-warm; SUM=/tmp/linac-train-summary
 rm -rf "$WARM" "$SUM"; mkdir -p "$WARM" "$SUM"
