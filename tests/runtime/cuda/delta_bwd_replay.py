@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Replays a delta-rule backward draw that failed in the kernel lab through the host transcription
-of the Hopper kernels (delta_bwd_host_check.py). `linac_cuda_lab --dump-failing DIR` writes each
+"""Replays a backward draw that failed in the kernel lab through the host transcription of the
+Hopper kernels: the delta rule's (delta_bwd_host_check.py) or the diagonal decay's
+(diag_bwd_host_check.py). `linac_cuda_lab --dump-failing DIR` writes each
 failing backward case to DIR/bwd-<n>.bin (tests/runtime/cuda/lab_dump.h: a JSON header line, then
 the arrays). Per file:
   1. the transcription's float64 reverse sweep against the lab's reference (the file reads right);
@@ -11,11 +12,13 @@ the arrays). Per file:
      comes from.
 Usage: python3 tests/runtime/cuda/delta_bwd_replay.py FILE [FILE ...]
        python3 tests/runtime/cuda/delta_bwd_replay.py --self-test LAB_DUMP_WRITER
-The transcription covers the delta rule with no decay or a scalar decay and the inclusive readout,
-in bf16 or fp16; other files are reported and skipped. Exit 1 where a file cannot be read.
---self-test writes a varlen draw whose "GPU" gradients are the transcription's own through
-lab_dump_writer (lab_dump_writer.cpp: lab_dump.h, as the lab writes) and checks that it reads
-back and replays to itself (ctest lab_dump_replay, no GPU).
+The transcriptions cover the delta rule with no decay or a scalar decay and the inclusive readout,
+and the additive rule with a diagonal decay and either readout (steps 1-2, and the error the draw
+would have with Ks and Qs in the other number of 16-bit halves), in bf16 or fp16; other files are
+reported and skipped. Exit 1 where a file cannot be read.
+--self-test writes a varlen delta draw and a padded diagonal one, whose "GPU" gradients are the
+transcriptions' own, through lab_dump_writer (lab_dump_writer.cpp: lab_dump.h, as the lab writes)
+and checks that each reads back and replays to itself (ctest lab_dump_replay, no GPU).
 """
 import json
 import os
@@ -26,6 +29,7 @@ import tempfile
 import numpy as np
 
 import delta_bwd_host_check as host
+import diag_bwd_host_check as diag
 
 GATE = 5e-3  # the lab's bf16 / fp16 gate
 GRADS = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "h0": "dh0"}  # model -> file
@@ -89,8 +93,11 @@ def replay(path):
     kind, dtype = meta["kind"], meta["dtype"]
     print(f"{path}: bwd {kind} {dtype} {meta['shape']} (seed {meta['seed']})")
     low = {"bf16": host.round_bf16, "f16": host.round_f16}.get(dtype)
+    if kind in ("additive-diag", "additive-diag-bonus") and low is not None:
+        return replay_diagonal(meta, arrays, low)
     if kind not in ("delta-none", "delta-scalar") or low is None:
-        print("  not replayed: the transcription covers bf16 / fp16 delta-none and delta-scalar")
+        print("  not replayed: the transcriptions cover bf16 / fp16 delta-none, delta-scalar, additive-diag"
+              " and additive-diag-bonus")
         return None
     dk, scale = int(meta["dk"]), float(meta["scale"])
     parts = pieces(meta, arrays)
@@ -137,6 +144,49 @@ def replay(path):
     return result
 
 
+def replay_diagonal(meta, arrays, low):
+    """Steps 1-2 for the diagonal decay (diag_bwd_host_check.py's chunk algorithm with the kernels'
+    roundings), Ks and Qs in two 16-bit halves where the lab's case marks the decay's gradient
+    precise (its -exp(w) cases), else one, as the default dispatch runs them; then the error with
+    the other number of halves."""
+    excl = meta["kind"].endswith("-bonus")
+    two = "exp(w)" in meta["shape"]
+    parts = pieces(meta, arrays)
+    where = [p[1] for p in parts]
+    u = arrays.get("u")
+    xs = []
+    for x, (n, b, tok, h) in parts:
+        x = dict(x, u=u[h] if u is not None else np.zeros(int(meta["dk"])), scale=float(meta["scale"]))
+        xs.append(x)
+    names = [f for f in ("dq", "dk", "dv", "dg") if f in arrays and "ref_" + f in arrays]
+    sweep = [diag.reverse_sweep(x, excl)[0] for x in xs]
+    worst = max(host.rel_rms(np.concatenate([s_[f].ravel() for s_ in sweep]), pooled(arrays["ref_" + f], where, f))
+                for f in names)
+    print(f"  1. float64 sweep vs the lab's reference: worst rel-RMS {worst:.1e}")
+
+    def model(two_halves):
+        diag.ONE_HALF = not two_halves
+        got = []
+        for x in xs:
+            Sc, dSc, _ = diag.state_scan(x, excl, low)
+            got.append(diag.chunked(x, excl, Sc, dSc, low))
+        return {f: np.concatenate([g[f].ravel() for g in got]) for f in names}
+
+    predicted, other = model(two), model(not two)
+    result = {"sweep": worst, "grads": {}}
+    halves = ("two 16-bit halves", "one") if two else ("one 16-bit half", "two")
+    print(f"  2. Ks and Qs in {halves[0]} (the default dispatch for this case)")
+    print(f"     {'grad':<6} {'GPU':>9} {'model':>9} {'cosine':>7} {'with ' + halves[1]:>12}")
+    for f in names:
+        ref, gpu = pooled(arrays["ref_" + f], where, f), pooled(arrays[f], where, f)
+        rg, rm = gpu - ref, predicted[f] - ref
+        cos = float(rg @ rm / max(np.linalg.norm(rg) * np.linalg.norm(rm), 1e-300))
+        e, em, eo = host.rel_rms(gpu, ref), host.rel_rms(predicted[f], ref), host.rel_rms(other[f], ref)
+        print(f"     {f:<6} {e:9.2e} {em:9.2e} {cos:7.3f} {eo:12.2e}{'  FAIL' if e >= GATE else ''}")
+        result["grads"][f] = (e, em, cos)
+    return result
+
+
 def self_test(writer):
     """A varlen bf16 delta-scalar draw (sequences of 37 and 63 tokens, two heads, strong gates)
     through lab_dump_writer and back; the "GPU" gradients are the transcription's own."""
@@ -161,10 +211,46 @@ def self_test(writer):
             for f, m in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dg", "g"), ("dbeta", "beta")):
                 refs[f][0, tok, h], grads[f][0, tok, h] = ref[m], got[m]
             refs["dh0"][n, h], grads["dh0"][n, h] = ref["h0"], got["h0"]
+    fields = {"kind": "delta-scalar", "dtype": "bf16", "shape": f"B1 T{T} H{H} dk{dk} dv{dv} varlen g>=-5", "seed": "29"}
+    return write_and_replay(writer, fields, dict(B=1, T=T, H=H, dk=dk, dv=dv, N=2, scale=float(scale)), cu,
+                            inputs, refs, grads, 6, "delta-scalar")
+
+
+def self_test_diagonal(writer):
+    """The same for a bf16 additive-diag-bonus draw (two sequences of 150 tokens, strong gates):
+    the diagonal branch's "GPU" gradients are diag_bwd_host_check.py's chunk algorithm, one half."""
+    B, T, dk, dv = 2, 150, 64, 64
+    rng = np.random.default_rng(31)
+    shapes = {"q": (B, T, 1, dk), "k": (B, T, 1, dk), "v": (B, T, 1, dv), "g": (B, T, 1, dk), "u": (1, dk),
+              "d_o": (B, T, 1, dv), "h0": (B, 1, dk, dv), "d_ht": (B, 1, dk, dv)}
+    inputs = {name: np.zeros(shape) for name, shape in shapes.items()}
+    grads = {f: np.zeros(shapes[src]) for f, src in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dg", "g"))}
+    refs = {f: np.zeros_like(a) for f, a in grads.items()}
+    diag.ONE_HALF = True
+    u = None
+    for b in range(B):
+        x = diag.make_inputs(rng, T, dk, dv, 10.0, -20.0, host.round_bf16)
+        x["u"] = u = x["u"] if u is None else u  # one u per head
+        for name, key in (("q", "q"), ("k", "k"), ("v", "v"), ("g", "g"), ("d_o", "do")):
+            inputs[name][b, :, 0] = x[key]
+        inputs["h0"][b, 0], inputs["d_ht"][b, 0], inputs["u"][0] = x["h0"], x["dht"], u
+        ref = diag.reverse_sweep(x, True)[0]
+        Sc, dSc, _ = diag.state_scan(x, True, host.round_bf16)
+        got = diag.chunked(x, True, Sc, dSc, host.round_bf16)
+        for f in grads:
+            refs[f][b, :, 0], grads[f][b, :, 0] = ref[f], got[f]
+    fields = {"kind": "additive-diag-bonus", "dtype": "bf16", "shape": f"B{B} T{T} H1 dk{dk} dv{dv} g>=-20", "seed": "31"}
+    return write_and_replay(writer, fields, dict(B=B, T=T, H=1, dk=dk, dv=dv, N=B, scale=dk ** -0.5), [],
+                            inputs, refs, grads, 4, "additive-diag-bonus")
+
+
+def write_and_replay(writer, fields, dims, cu, inputs, refs, grads, count, label):
+    """Writes the draw through lab_dump_writer, reads it back and replays it: 0 where every array
+    and field reads back exactly and the replay's model error equals the stored "GPU" error."""
     with tempfile.TemporaryDirectory() as d:
-        args = [writer, os.path.join(d, "bwd-1.bin"), "kind=delta-scalar", "dtype=bf16",
-                f"shape=B1 T{T} H{H} dk{dk} dv{dv} varlen g>=-5", "seed=29", "B#=1", f"T#={T}", f"H#={H}",
-                f"dk#={dk}", f"dv#={dv}", "N#=2", f"scale#={float(scale)!r}", "cu_seqlens@=" + ",".join(map(str, cu))]
+        args = [writer, os.path.join(d, "bwd-1.bin")] + [f"{k}={v}" for k, v in fields.items()]
+        args += [f"{k}#={v!r}" if isinstance(v, float) else f"{k}#={v}" for k, v in dims.items()]
+        args.append("cu_seqlens@=" + ",".join(map(str, cu)))
         for group, dtype, tag in ((inputs, np.float32, "f32"), (refs, np.float64, "f64"), (grads, np.float64, "f64")):
             for name, a in group.items():
                 name = "ref_" + name if group is refs else name
@@ -175,11 +261,11 @@ def self_test(writer):
         meta, arrays = read_dump(args[1])
         same = all(np.array_equal(arrays[n], inputs[n].astype(np.float32)) for n in inputs)
         same &= all(np.array_equal(arrays["ref_" + n], refs[n]) and np.array_equal(arrays[n], grads[n]) for n in refs)
-        same &= meta["cu_seqlens"] == cu and meta["scale"] == scale
+        same &= meta["cu_seqlens"] == cu and meta["scale"] == dims["scale"]
         result = replay(args[1])
-    ok = (same and result is not None and result["sweep"] < 1e-12 and len(result["grads"]) == 6
+    ok = (same and result is not None and result["sweep"] < 1e-12 and len(result["grads"]) == count
           and all(abs(e - em) <= 1e-12 * max(e, 1e-30) and cos > 1 - 1e-9 for e, em, cos in result["grads"].values()))
-    print(f"self-test: arrays and fields read back {'exactly' if same else 'WRONG'}; replay "
+    print(f"self-test ({label}): arrays and fields read back {'exactly' if same else 'WRONG'}; replay "
           f"{'reproduces the draw' if ok else 'does NOT reproduce the draw'}")
     return 0 if ok else 1
 
@@ -189,7 +275,7 @@ def main():
         print(__doc__)
         return 2
     if sys.argv[1] == "--self-test" and len(sys.argv) == 3:
-        return self_test(sys.argv[2])
+        return max(self_test(sys.argv[2]), self_test_diagonal(sys.argv[2]))
     ok = True
     for path in sys.argv[1:]:
         try:
