@@ -66,6 +66,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -74,6 +75,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace linac::kernels;
@@ -87,6 +89,41 @@ double normal() {
   return d(rng);
 }
 double logsigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+
+constexpr size_t kParallelDraw = size_t(1) << 22;  // elements from which an array is drawn in parallel
+
+/// x[i] = f(z_i) with z_i ~ N(0, 1). Arrays below kParallelDraw elements (every correctness
+/// case's) take their draws from rng in order, so --seed replays a case; larger ones (the timing
+/// rows', up to ~70M elements at D256, which took most of a timing process's time drawn one by one)
+/// in blocks over the host's threads, each block from its own generator seeded from rng in block
+/// order: the same draws for a seed on any number of threads.
+template <class F>
+void fillDrawn(std::vector<float>& x, F f) {
+  if (x.size() < kParallelDraw) {
+    for (auto& e : x) e = float(f(normal()));
+    return;
+  }
+  constexpr size_t kBlock = size_t(1) << 20;
+  const size_t blocks = (x.size() + kBlock - 1) / kBlock;
+  std::vector<uint64_t> seeds(blocks);
+  for (auto& seed : seeds) seed = rng();
+  std::atomic<size_t> next{0};
+  auto drawBlocks = [&] {
+    for (size_t b = next++; b < blocks; b = next++) {
+      std::mt19937_64 gen(seeds[b]);
+      std::normal_distribution<double> d(0.0, 1.0);
+      const size_t end = std::min(x.size(), (b + 1) * kBlock);
+      for (size_t i = b * kBlock; i < end; ++i) x[i] = float(f(d(gen)));
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < std::max(1u, std::thread::hardware_concurrency()); ++t) helpers.emplace_back(drawBlocks);
+  drawBlocks();
+  for (auto& t : helpers) t.join();
+}
+void fillNormal(std::vector<float>& x, double scale = 1.0) {
+  fillDrawn(x, [scale](double z) { return scale * z; });
+}
 
 const char* dtypeName(DType d) { return d == DType::F32 ? "f32" : d == DType::BF16 ? "bf16" : "f16"; }
 size_t dtypeSize(DType d) { return d == DType::F32 ? 4 : 2; }
@@ -192,9 +229,9 @@ Inputs makeInputs(const RecurrenceKind& kind, DType dt, int B, int T, int H, int
   Inputs in;
   const size_t tok = size_t(B) * T * H;
   in.q.resize(tok * dk); in.k.resize(tok * dk); in.v.resize(tok * dv);
-  for (auto& x : in.q) x = float(normal());
-  for (auto& x : in.k) x = float(normal());
-  for (auto& x : in.v) x = float(normal());
+  fillNormal(in.q);
+  fillNormal(in.k);
+  fillNormal(in.v);
   if (kind.update == UpdateRule::Delta) {  // DeltaNet: L2-normalized q and k
     for (size_t t = 0; t < tok; ++t)
       for (auto* a : {&in.q, &in.k}) {
@@ -204,27 +241,25 @@ Inputs makeInputs(const RecurrenceKind& kind, DType dt, int B, int T, int H, int
         for (int c = 0; c < dk; ++c) (*a)[t * dk + c] = float((*a)[t * dk + c] * inv);
       }
     in.beta.resize(tok);
-    for (auto& x : in.beta) x = float(1.0 / (1.0 + std::exp(-normal())));
+    fillDrawn(in.beta, [](double z) { return 1.0 / (1.0 + std::exp(-z)); });
   }
-  auto gate = [&]() {
-    return float(wsigma > 0 ? -std::exp(wsigma * normal()) : std::max(gclamp, gmul * logsigmoid(normal())));
-  };
+  auto gate = [=](double z) { return wsigma > 0 ? -std::exp(wsigma * z) : std::max(gclamp, gmul * logsigmoid(z)); };
   switch (kind.decay) {
     case DecayClass::None: break;
     case DecayClass::Fixed:
       in.g.resize(H);
       for (int h = 0; h < H; ++h) in.g[h] = float(std::log(1.0 - std::pow(2.0, -5.0 - h)));
       break;
-    case DecayClass::Scalar: in.g.resize(tok); for (auto& x : in.g) x = gate(); break;
-    case DecayClass::Diagonal: in.g.resize(tok * dk); for (auto& x : in.g) x = gate(); break;
+    case DecayClass::Scalar: in.g.resize(tok); fillDrawn(in.g, gate); break;
+    case DecayClass::Diagonal: in.g.resize(tok * dk); fillDrawn(in.g, gate); break;
   }
   if (kind.readout == Readout::ExclusiveBonus) {
     in.u.resize(size_t(H) * dk);
-    for (auto& x : in.u) x = float(0.5 * normal());
+    fillNormal(in.u, 0.5);
   }
   if (with_h0) {
     in.h0.resize(size_t(N) * H * dk * dv);
-    for (auto& x : in.h0) x = float(0.5 * normal());
+    fillNormal(in.h0, 0.5);
   }
   in.qb = encode(in.q, dt); in.kb = encode(in.k, dt); in.vb = encode(in.v, dt);
   return in;
@@ -381,9 +416,9 @@ void runScanCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
   const int N = varlen ? int(cuv.size()) - 1 : B;
   const size_t n = size_t(B) * T * D;
   std::vector<float> x(n), g(n), h0(size_t(N) * D);
-  for (auto& e : x) e = float(normal());
-  for (auto& e : g) e = float(logsigmoid(normal()));
-  for (auto& e : h0) e = float(normal());
+  fillNormal(x);
+  fillDrawn(g, logsigmoid);
+  fillNormal(h0);
   auto xb = encode(x, dt);
   std::vector<double> h_ref(n), ht_ref(size_t(N) * D);
   for (int s = 0; s < N; ++s) {
@@ -433,8 +468,8 @@ void runBwdCase(const Case& cs) {
   const double scale = 1.0 / std::sqrt(double(dk));
   const size_t tok = size_t(B) * T * H, SS = size_t(dk) * dv;
   std::vector<float> dof(tok * dv), dhtf(cs.h0 ? size_t(N) * H * SS : 0);
-  for (auto& x : dof) x = float(normal());
-  for (auto& x : dhtf) x = float(normal());
+  fillNormal(dof);
+  fillNormal(dhtf);
   auto dob = encode(dof, cs.dtype);
 
   std::vector<double> rdq(tok * dk, 0), rdk(tok * dk, 0), rdv(tok * dv, 0), rdb(tok, 0),
@@ -641,11 +676,11 @@ void runScanBwdCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
   const int N = varlen ? int(cuv.size()) - 1 : B;
   const size_t n = size_t(B) * T * D;
   std::vector<float> x(n), g(n), h0(size_t(N) * D), dh(n), dht(size_t(N) * D);
-  for (auto& e : x) e = float(normal());
-  for (auto& e : g) e = float(logsigmoid(normal()));
-  for (auto& e : h0) e = float(normal());
-  for (auto& e : dh) e = float(normal());
-  for (auto& e : dht) e = float(normal());
+  fillNormal(x);
+  fillDrawn(g, logsigmoid);
+  fillNormal(h0);
+  fillNormal(dh);
+  fillNormal(dht);
   auto xb = encode(x, dt);
   auto dhb = encode(dh, dt);
   std::vector<double> rdx(n, 0), rdg(n, 0), rdh0(size_t(N) * D);
@@ -904,8 +939,8 @@ void bench() {
     const int Dh = 1024;
     const size_t n = size_t(B) * T * Dh;
     std::vector<float> x(n), g(n);
-    for (auto& e : x) e = float(normal());
-    for (auto& e : g) e = float(logsigmoid(normal()));
+    fillNormal(x);
+    fillDrawn(g, logsigmoid);
     auto xb = encode(x, DType::BF16);
     DevBuf xd(xb.data(), xb.size()), gd(g.data(), n * 4), hd(n * 2), htd(size_t(B) * Dh * 4);
     ScanShape shape;
@@ -951,7 +986,7 @@ void benchBackward() {
     Inputs in = makeInputs(r.kind, DType::BF16, B, T, H, DK, DV, B, 1.0, -1e30, false);
     const size_t tok = size_t(B) * T * H;
     std::vector<float> dof(tok * DV);
-    for (auto& x : dof) x = float(normal());
+    fillNormal(dof);
     auto dob = encode(dof, DType::BF16);
     DevBuf q(in.qb.data(), in.qb.size()), k(in.kb.data(), in.kb.size()), v(in.vb.data(), in.vb.size());
     DevBuf g(in.g.data(), in.g.size() * 4), beta(in.beta.data(), in.beta.size() * 4),
