@@ -5,9 +5,15 @@ each binary's log holds its timing tables once per round (separated by "== round
 ratio and each side's spread (max / min - 1), so a change smaller than the spread reads as noise.
 
 usage: python3 bench/ab_summary.py BEFORE_LOG AFTER_LOG
+           [--rows FILE --before-commit SHA --after-commit SHA [--gpu NAME] [--field KEY=VALUE ...]]
+
+--rows appends every round's rows of both logs to FILE as JSON lines (bench/lab_rows.py's rows,
+with "lab": "before" / "after", "round" and each --field), the raw rows bench/results/ keeps.
 """
 import argparse
+import json
 import os
+import re
 import statistics
 import sys
 
@@ -33,6 +39,15 @@ def rounds(path):
     return values
 
 
+def round_rows(path, commit, gpu):
+    """Every round's rows of one log as bench/lab_rows.py writes them, each with its round."""
+    with open(path) as f:
+        parts = re.split(r"^== round (\d+)\n", f.read(), flags=re.M)
+    for i in range(1, len(parts), 2):
+        for row in lab_rows.rows(parts[i + 1].splitlines(), commit, gpu):
+            yield dict(row, round=int(parts[i]))
+
+
 def spread(xs):
     return max(xs) / min(xs) - 1 if min(xs) > 0 else float("nan")
 
@@ -41,7 +56,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
+    ap.add_argument("--rows", help="append both logs' rows to this JSON-lines file")
+    ap.add_argument("--before-commit")
+    ap.add_argument("--after-commit")
+    ap.add_argument("--gpu", default="NVIDIA H200")
+    ap.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                    help="a field for every row (a number where it reads as one), e.g. call=2")
     args = ap.parse_args()
+    if args.rows:
+        if not (args.before_commit and args.after_commit):
+            ap.error("--rows needs --before-commit and --after-commit")
+        extra = {}
+        for item in args.field:
+            key, sep, value = item.partition("=")
+            if not sep:
+                ap.error(f"--field {item}: KEY=VALUE")
+            try:
+                extra[key] = int(value)
+            except ValueError:
+                extra[key] = value
+        with open(args.rows, "a") as out:
+            for lab, path, commit in (("before", args.before, args.before_commit),
+                                      ("after", args.after, args.after_commit)):
+                for row in round_rows(path, commit, args.gpu):
+                    out.write(json.dumps(dict(row, lab=lab, **extra)) + "\n")
     before, after = rounds(args.before), rounds(args.after)
     print(f"{'variant':15} {'kind':20} {'B,T,H':>10} {'dv':>4} {'backend':34} {'field':11} "
           f"{'before':>8} {'after':>8} {'a/b':>6} {'spread b':>8} {'spread a':>8} {'n':>3}")

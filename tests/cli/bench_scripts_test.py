@@ -81,7 +81,8 @@ def main():
     assert r["params"] == params, (r, params_line)
     check_compare()
     check_lab_rows()
-    print("bench scripts: loss agreement, training summary, the fla table and the lab's rows OK")
+    check_ab_summary()
+    print("bench scripts: loss agreement, training summary, the fla table, the lab's rows and its A / B OK")
 
 
 def check_compare():
@@ -149,6 +150,32 @@ def check_lab_rows():
     assert wide["B"] == 8 and wide["H"] == 8, wide
     gdn = by[("gated_deltanet", "delta-scalar", "linac-default", 4096, 256)]
     assert gdn["dv"] == 512 and gdn["B"] == 4, gdn
+
+
+def check_ab_summary():
+    """bench/ab_summary.py over two rounds of two labs (run_h200.sh ab's logs): the medians' table,
+    and --rows's raw rows (every round of both logs, with lab, round and the --field values)."""
+    bwd = "%-30s %10s %10s %10s %10s %10s %10s %8s\n"
+    header = bwd % ("kind", "bwd ms", "hopper bwd", "alt", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio")
+    paths = {}
+    for lab, times in (("before", ("10.4", "10.2")), ("after", ("8.8", "8.6"))):
+        paths[lab] = os.path.join(WORK, f"ab_{lab}.log")
+        with open(paths[lab], "w") as f:
+            for n, t in enumerate(times, 1):
+                f.write(f"== round {n}\n" + header
+                        + bwd % ("RWKV-6   additive-diag-bonus D256", "14.4", t, "-", "7.9", "10.3", "-", "-"))
+    out = os.path.join(WORK, "ab_rows.jsonl")
+    p = script("ab_summary.py", paths["before"], paths["after"], "--rows", out, "--before-commit", "b0",
+               "--after-commit", "a1", "--field", "call=2", "--field", "note=x")
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(l for l in p.stdout.splitlines() if "linac-default" in l and " bwd_ms " in l)
+    assert "10.300" in line and "8.700" in line and "0.845" in line, line  # medians of the rounds, after / before
+    with open(out) as f:
+        rows = [json.loads(l) for l in f]
+    hopper = [r for r in rows if r["backend"] == "linac-default" and "bwd_ms" in r]
+    assert sorted((r["lab"], r["round"], r["bwd_ms"], r["commit"]) for r in hopper) == [
+        ("after", 1, 8.8, "a1"), ("after", 2, 8.6, "a1"), ("before", 1, 10.4, "b0"), ("before", 2, 10.2, "b0")], hopper
+    assert all(r["call"] == 2 and r["note"] == "x" and r["D"] == 256 for r in rows), rows
 
 
 if __name__ == "__main__":
