@@ -86,6 +86,13 @@ def pooled(values, where, name):
                            for n, b, tok, h in where])
 
 
+def against_gpu(gpu, ref, model):
+    """(GPU error, model error, cosine of the two residuals) of one gradient against the reference."""
+    rg, rm = gpu - ref, model - ref
+    cos = float(rg @ rm / max(np.linalg.norm(rg) * np.linalg.norm(rm), 1e-300))
+    return host.rel_rms(gpu, ref), host.rel_rms(model, ref), cos
+
+
 def replay(path):
     """Prints the replay of one file; returns {"sweep": worst rel-RMS of the sweep against the
     reference, "grads": {name: (GPU error, model error, cosine)}}, or None where not replayed."""
@@ -120,10 +127,7 @@ def replay(path):
     print(f"  2. {'grad':<6} {'GPU':>9} {'model':>9} {'cosine':>7}")
     for m in names:
         f = GRADS[m]
-        ref, gpu = pooled(arrays["ref_" + f], where, f), pooled(arrays[f], where, f)
-        rg, rm = gpu - ref, predicted[m] - ref
-        cos = float(rg @ rm / max(np.linalg.norm(rg) * np.linalg.norm(rm), 1e-300))
-        e, em = host.rel_rms(gpu, ref), host.rel_rms(predicted[m], ref)
+        e, em, cos = against_gpu(pooled(arrays[f], where, f), pooled(arrays["ref_" + f], where, f), predicted[m])
         print(f"     {f:<6} {e:9.2e} {em:9.2e} {cos:7.3f}{'  FAIL' if e >= GATE else ''}")
         result["grads"][f] = (e, em, cos)
         if e >= GATE:
@@ -154,10 +158,8 @@ def replay_diagonal(meta, arrays, low):
     parts = pieces(meta, arrays)
     where = [p[1] for p in parts]
     u = arrays.get("u")
-    xs = []
-    for x, (n, b, tok, h) in parts:
-        x = dict(x, u=u[h] if u is not None else np.zeros(int(meta["dk"])), scale=float(meta["scale"]))
-        xs.append(x)
+    xs = [dict(x, u=u[h] if u is not None else np.zeros(int(meta["dk"])), scale=float(meta["scale"]))
+          for x, (_, _, _, h) in parts]
     names = [f for f in ("dq", "dk", "dv", "dg") if f in arrays and "ref_" + f in arrays]
     sweep = [diag.reverse_sweep(x, excl)[0] for x in xs]
     worst = max(host.rel_rms(np.concatenate([s_[f].ravel() for s_ in sweep]), pooled(arrays["ref_" + f], where, f))
@@ -165,11 +167,12 @@ def replay_diagonal(meta, arrays, low):
     print(f"  1. float64 sweep vs the lab's reference: worst rel-RMS {worst:.1e}")
 
     def model(two_halves):
-        diag.ONE_HALF = not two_halves
+        saved, diag.ONE_HALF = diag.ONE_HALF, not two_halves
         got = []
         for x in xs:
             Sc, dSc, _ = diag.state_scan(x, excl, low)
             got.append(diag.chunked(x, excl, Sc, dSc, low))
+        diag.ONE_HALF = saved
         return {f: np.concatenate([g[f].ravel() for g in got]) for f in names}
 
     predicted, other = model(two), model(not two)
@@ -178,10 +181,9 @@ def replay_diagonal(meta, arrays, low):
     print(f"  2. Ks and Qs in {halves[0]} (the default dispatch for this case)")
     print(f"     {'grad':<6} {'GPU':>9} {'model':>9} {'cosine':>7} {'with ' + halves[1]:>12}")
     for f in names:
-        ref, gpu = pooled(arrays["ref_" + f], where, f), pooled(arrays[f], where, f)
-        rg, rm = gpu - ref, predicted[f] - ref
-        cos = float(rg @ rm / max(np.linalg.norm(rg) * np.linalg.norm(rm), 1e-300))
-        e, em, eo = host.rel_rms(gpu, ref), host.rel_rms(predicted[f], ref), host.rel_rms(other[f], ref)
+        ref = pooled(arrays["ref_" + f], where, f)
+        e, em, cos = against_gpu(pooled(arrays[f], where, f), ref, predicted[f])
+        eo = host.rel_rms(other[f], ref)
         print(f"     {f:<6} {e:9.2e} {em:9.2e} {cos:7.3f} {eo:12.2e}{'  FAIL' if e >= GATE else ''}")
         result["grads"][f] = (e, em, cos)
     return result

@@ -211,7 +211,7 @@ constexpr int kDiagValueTile = 128;  // the gradient stage's widest value tile
 /// Value dims above the gradient stage's tile (GLA at its 340m heads: dk 128, dv 256) in tiles of
 /// kDiagValueTile columns, the inclusive readout; LINAC_HOPPER_DIAG_WIDE=0 sends them to the
 /// mma.sync passes (bench/NOTES.md).
-bool diagonalValueBlocksEnabled() { return envSwitch("LINAC_HOPPER_DIAG_WIDE", true); }
+bool diagonalValueTilesEnabled() { return envSwitch("LINAC_HOPPER_DIAG_WIDE", true); }
 
 }  // namespace
 
@@ -222,7 +222,7 @@ bool diagonalGradSupported(const RecurrenceKind& kind, DType dtype, const Recurr
   // the exclusive readout takes value tiles too (not at dk <= 128, where no lab case has run them)
   const bool wideKeys = s.key_dim == 256 && s.value_dim % kDiagValueTile == 0 && diagonalWideKeysEnabled();
   const bool valueTiles = s.value_dim > kDiagValueTile && s.value_dim % kDiagValueTile == 0 &&
-                           (kind.readout == Readout::Inclusive || wideKeys) && diagonalValueBlocksEnabled();
+                           (kind.readout == Readout::Inclusive || wideKeys) && diagonalValueTilesEnabled();
   if ((s.key_dim != 64 && s.key_dim != 128 && !wideKeys) || (!oneTile && !valueTiles)) return false;
   // the same device and build checks as the forward (an additive rule without decay takes the
   // Hopper forward at these dims wherever the device and the build allow it)
