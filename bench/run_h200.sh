@@ -87,7 +87,8 @@
 # (default: every op), BENCH_SHAPES (B,T,H,D list for `linac bench` and fla's ops in time mode, default
 # 8,4096,8,128; issue 11's others: 2,16384,4,128 8,4096,8,64 8,4096,8,256), WARM_SHAPES (default BENCH_SHAPES), FLA_WIDE_SHAPE (fla's Gated DeltaNet also at this B,T,H,DKxDV: default its 340m
 # heads, 4,4096,4,256x512; empty skips it), LAB=quick|full|none, WARM_LIMIT (seconds for the warm-up, default 400), MODELS (default "gated_deltanet gla"; empty skips training), WARM_OPS and
-# WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_BYPASS=1 (time fla's gated
+# WARM_MODELS (what prepare warms; default FLA_OPS and MODELS), FLA_MODEL_LIMIT (seconds for each fla model in
+# time mode, default 100: what its warm-up left uncompiled compiles inside it), FLA_BYPASS=1 (time fla's gated
 # backward despite its Hopper guard: bench/fla_guard.py), FLA=0 (linac only: no fla warm-up, ops or
 # models), SANITIZE_FUSED (specs whose fused prologue path `linac verify` runs under compute-sanitizer
 # memcheck in prepare, small shape; default gated_deltanet hgrn2), NSYS=1 (time mode: per-kernel breakdown
@@ -383,7 +384,7 @@ timed() {
   esac
   for v in $MODELS; do
     [ "${FLA:-1}" = 1 ] || break
-    PYTHONPATH=.fla/site phase 100 python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
+    PYTHONPATH=.fla/site phase "${FLA_MODEL_LIMIT:-100}" python3 bench/fla_model_bench.py --variant "$v" --batch 4 --seq-len 4096 \
       --vocab "$VOCAB" --warmup 2 --steps 6 "${BYPASS[@]}" >> "$OUT/fla_train.jsonl" 2>> "$WARM/fla_train.err"
     local rc=$?
     echo "fla model $v rc=$rc ($((SECONDS - start)) s)"
