@@ -75,3 +75,30 @@ linac.variant @bounded_decay attributes {heads = 2 : i64, key_dim = 16 : i64, va
   %o = linac.recurrence matrix additive inclusive q(%q : !linac.field<token, key>) k(%k : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%g : !linac.field<token, key>) decay_class(diagonal) algorithm(unselected) -> !linac.field<token, value>
   linac.output %o : !linac.field<token, value> norm(rmsnorm)
 }
+
+// A diagonal decay read out exclusively: d_g ends in a difference that cancels at strong gates,
+// so the tile asks for a precise d_g even where the decay has no exp factor.
+// CHECK-LABEL: linac.variant @exclusive_diagonal
+// CHECK: algorithm(chunk_additive) {tile = {chunk = 64 : i64, precise_decay_grad = 1 : i64}}
+linac.variant @exclusive_diagonal attributes {heads = 2 : i64, key_dim = 16 : i64, value_dim = 16 : i64} {
+  %q = linac.input "q" : !linac.field<token, key>
+  %k = linac.input "k" : !linac.field<token, key>
+  %v = linac.input "v" : !linac.field<token, value>
+  %g = linac.input "g" : !linac.field<token, key>
+  %u = linac.param "u" {init = #linac.init<zeros>} : !linac.field<constant, key>
+  %o = linac.recurrence matrix additive exclusive_bonus q(%q : !linac.field<token, key>) k(%k : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%g : !linac.field<token, key>) bonus(%u : !linac.field<constant, key>) decay_class(diagonal) algorithm(unselected) -> !linac.field<token, value>
+  linac.output %o : !linac.field<token, value> norm(rmsnorm)
+}
+
+// A scalar decay read out exclusively keeps the default (the halves are the diagonal stage's).
+// CHECK-LABEL: linac.variant @exclusive_scalar
+// CHECK: algorithm(chunk_additive) {tile = {chunk = 64 : i64}}
+linac.variant @exclusive_scalar attributes {heads = 2 : i64, key_dim = 16 : i64, value_dim = 16 : i64} {
+  %q = linac.input "q" : !linac.field<token, key>
+  %k = linac.input "k" : !linac.field<token, key>
+  %v = linac.input "v" : !linac.field<token, value>
+  %g = linac.input "g" : !linac.field<token, head>
+  %u = linac.param "u" {init = #linac.init<zeros>} : !linac.field<constant, key>
+  %o = linac.recurrence matrix additive exclusive_bonus q(%q : !linac.field<token, key>) k(%k : !linac.field<token, key>) v(%v : !linac.field<token, value>) decay(%g : !linac.field<token, head>) bonus(%u : !linac.field<constant, key>) decay_class(scalar) algorithm(unselected) -> !linac.field<token, value>
+  linac.output %o : !linac.field<token, value> norm(rmsnorm)
+}

@@ -29,7 +29,8 @@
 //                 dk 256 x dv 512 backward cases to the mma.sync kernels)
 //   --hopper-diag-single  the diagonal decay's Hopper gradient stage takes Ks and Qs in one 16-bit
 //                 half (LINAC_HOPPER_DIAG_BWD=single; the default takes two where the kind's
-//                 preciseDecayGrad says so, as the -exp(w) cases set it; LINAC_HOPPER_DIAG_BWD=0
+//                 preciseDecayGrad says so, as the -exp(w) cases and every exclusive readout's
+//                 backward set it, see asCompiled; LINAC_HOPPER_DIAG_BWD=0
 //                 sends both readouts to the mma.sync passes)
 //   --no-hopper-diag-wide  the diagonal decay's backward at dv above 128 on the mma.sync passes
 //                 (LINAC_HOPPER_DIAG_WIDE=0) instead of the Hopper stages in value tiles of 128
@@ -455,11 +456,18 @@ void runScanCase(DType dt, int B, int T, int D, std::vector<int64_t> cuv) {
 }
 
 
+/// The kind as linac-select-algorithm would mark it: a diagonal decay read out exclusively takes a
+/// precise d_g (its tile's precise_decay_grad) whatever the decay's expression.
+RecurrenceKind asCompiled(RecurrenceKind kind) {
+  if (kind.decay == DecayClass::Diagonal && kind.readout == Readout::ExclusiveBonus) kind.preciseDecayGrad = true;
+  return kind;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward: float64 reference = exact reverse-mode sweep of the naive token recurrence (section 3),
 // written here independently of the kernels. Loss = <o, d_o> + <ht, d_ht>.
 void runBwdCase(const Case& cs) {
-  const auto& kind = cs.kind;
+  const RecurrenceKind kind = asCompiled(cs.kind);
   const int B = cs.B, T = cs.T, H = cs.H, dk = cs.dk, dv = cs.dv;
   const bool varlen = !cs.cu.empty();
   const int N = varlen ? int(cs.cu.size()) - 1 : B;

@@ -73,9 +73,11 @@ def LinacSelectAlgorithmPass : Pass<"linac-select-algorithm", "::mlir::ModuleOp"
     the chunk length the CPU kernels run (the generated `kChunk`); and
     `precise_decay_grad = 1` where the decay is a product with an exp factor
     of an operand (RWKV-6's -exp(w)): the gradient of that operand weighs
-    each channel's d_g by the decay itself, so the kernels compute d_g for
-    accuracy at strong decays (the Hopper diagonal backward takes its Ks / Qs
-    products in two 16-bit halves; the generated kKind's preciseDecayGrad).
+    each channel's d_g by the decay itself; and where a diagonal decay is read
+    out exclusively, whose d_g ends in a difference that cancels at strong
+    gates. Both make the kernels compute d_g for accuracy at strong decays
+    (the Hopper diagonal backward takes its Ks / Qs products in two 16-bit
+    halves; the generated kKind's preciseDecayGrad).
     The CUDA kernels choose their chunk and value block from the head dims and
     shared memory at run time.
 
