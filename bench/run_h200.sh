@@ -43,7 +43,7 @@
 #     tests/runtime/cuda/delta_bwd_replay.py), with AB_CASES2_ARGS its cases again under those switches
 #     (e.g. "--no-bench --hopper-fused-reverse": an opt-in path and the default in one call),
 #     compute-sanitizer memcheck / racecheck over its quick cases (AB_SANITIZE_ARGS, default
-#     AB_CASES_ARGS; SANITIZE=0 skips),
+#     AB_CASES_ARGS; SANITIZE=0 skips; SANITIZE_TOOLS and RACECHECK_ARGS as run_lab.sh's),
 #     with AB_AUTO=1 the quick cases once more with the timed choices (--hopper-auto),
 #     then each timing row group of AB_ROWS (default "delta- additive-diag"), AB_ROUNDS times (default
 #     2), the baseline and the new lab (AB_BENCH_ARGS) in alternating order, each process with the GPU
@@ -200,7 +200,7 @@ prepare() {
     cat /tmp/sanitize_fused.log >> "$OUT/verify.log"
   done
   [ -n "$lab_pid" ] && wait "$lab_pid"
-  grep -E "memcheck rc|racecheck rc|lab rc|ERROR SUMMARY|FAIL|compile failed|build took" /tmp/lab.log | head -24
+  grep -E "check rc|lab rc|ERROR SUMMARY|FAIL|compile failed|build took" /tmp/lab.log | head -24
   cat /tmp/lab.log /tmp/linac-lab/sanitizer.log > "$OUT/lab.log" 2>/dev/null
 
   [ -z "$warm_pid" ] && return 0  # FLA=0
@@ -553,9 +553,11 @@ ab() {
   if [ "${SANITIZE:-1}" = 1 ]; then
     local tool
     : > "$OUT/ab_sanitizer.log"
-    for tool in memcheck racecheck; do
-      phase 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/lab_after --quick --untimed ${AB_SANITIZE_ARGS:-${AB_CASES_ARGS:---no-bench}} \
-        >> "$OUT/ab_sanitizer.log" 2>&1
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do  # as run_lab.sh: RACECHECK_ARGS, e.g. --racecheck-report all
+      local extra=()
+      [ "$tool" = racecheck ] && read -ra extra <<< "${RACECHECK_ARGS:-}"
+      phase 90 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 /tmp/lab_after --quick --untimed \
+        ${AB_SANITIZE_ARGS:-${AB_CASES_ARGS:---no-bench}} >> "$OUT/ab_sanitizer.log" 2>&1
       echo "$tool rc=$? ($((SECONDS - start)) s)"
     done
     grep -E "SUMMARY" "$OUT/ab_sanitizer.log"

@@ -5,8 +5,9 @@
 # [lab args]. Environment: LAB_BUILD_ONLY=1 builds (and prints the ptxas / SASS summaries) without
 # running, e.g. on a machine with nvcc but no GPU, whose build-cuda/linac_cuda_lab can travel;
 # LAB_PREBUILT=1 runs that binary instead of building (a build recompiles only the objects whose
-# source, headers or flags changed); SANITIZE=0 skips compute-sanitizer, SANITIZE_ARGS
-# adds the lab's switches to its runs (e.g. --hopper-fused-reverse for an opt-in path). The
+# source, headers or flags changed); SANITIZE=0 skips compute-sanitizer, SANITIZE_TOOLS names its
+# tools (default "memcheck racecheck"; synccheck, initcheck too), RACECHECK_ARGS adds racecheck's
+# options, SANITIZE_ARGS adds the lab's switches to its runs (e.g. --hopper-fused-reverse). The
 # Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -98,12 +99,16 @@ fi
 
 if [ "${SANITIZE:-1}" = 1 ]; then
 echo "== compute-sanitizer (small cases)"
-# shellcheck disable=SC2086
-timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed ${SANITIZE_ARGS:-} >"$OUT/sanitizer.log" 2>&1
-echo "memcheck rc=$?"; tail -4 "$OUT/sanitizer.log"
-# shellcheck disable=SC2086
-timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench --untimed ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
-echo "racecheck rc=$?"; tail -3 "$OUT/sanitizer.log"
+: >"$OUT/sanitizer.log"
+for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+  extra=()
+  # e.g. RACECHECK_ARGS="--racecheck-report all": every hazard with both accesses' lines
+  [ "$tool" = racecheck ] && read -ra extra <<< "${RACECHECK_ARGS:-}"
+  # shellcheck disable=SC2086
+  timeout 180 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench \
+    --untimed ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
+  echo "$tool rc=$?"; tail -3 "$OUT/sanitizer.log"
+done
 fi
 
 echo "== lab"
