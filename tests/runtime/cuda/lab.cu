@@ -12,7 +12,7 @@
 //                       [--hopper-late] [--hopper-diag] [--hopper-column-inverse] [--hopper-wide]
 //                       [--hopper-wide-bwd] [--hopper-diag-single] [--no-hopper-diag-wide]
 //                       [--hopper-overlap] [--hopper-fused-reverse] [--hopper-auto]
-//                       [--env NAME=VALUE] [--bench-rows TEXT]
+//                       [--env NAME=VALUE] [--bench-rows TEXT] [--cases TEXT]
 //                       [--seed N] [--dump-failing DIR] [--untimed]
 //   --untimed     under compute-sanitizer: the autotune case checks its runs, not which kernel won
 //   --hopper-bwd  forces the Hopper backward where it applies (LINAC_HOPPER_BWD=1, the default on
@@ -54,6 +54,9 @@
 //   --bench-rows  only the timing rows whose name contains TEXT (e.g. "GDN"; "T16384,D256": any of
 //                 several); the forward table's rows at its first shape (B8 T4096 H8 D128) unless a
 //                 part names another shape's token (T16384, D64, D256): a short run for a profiler
+//   --cases TEXT  only the forward / backward chunk cases whose line ("bwd additive-diag-bonus bf16
+//                 B2 T300 H1 dk64 dv128 g>=-20") contains TEXT or one of its comma-separated parts
+//                 (the other checks still run), e.g. one case under a sanitizer, in a loop
 //   --seed N      the random stream's seed (printed on the device line of every run): replays a run
 //   --dump-failing DIR  each backward case with a failing check writes its draw, the float64
 //                 reference and the kernels' gradients to DIR/bwd-<n>.bin (lab_dump.h), for
@@ -314,11 +317,51 @@ void decayOf(const RecurrenceKind& kind, const Inputs& in, size_t tokhead, int h
   }
 }
 
+/// Whether `name` contains one of the comma-separated parts of `filter` (null: every name).
+bool matchesAny(const char* filter, const std::string& name) {
+  if (filter == nullptr) return true;
+  const std::string parts = filter;
+  for (size_t from = 0; from <= parts.size();) {
+    const size_t comma = std::min(parts.find(',', from), parts.size());
+    const std::string part = parts.substr(from, comma - from);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    from = comma + 1;
+  }
+  return false;
+}
+
+/// --cases TEXT: only the chunk cases whose line ("fwd additive-diag bf16 B2 T150 ...", "bwd ...",
+/// the kind, dtype and shape columns joined by spaces) contains one of TEXT's comma-separated parts,
+/// e.g. a sanitizer's run over one case. The skipped cases draw nothing, so the kept ones see other
+/// draws than in a full run at the same --seed.
+const char* caseFilter = nullptr;
+
+/// The shape column of a chunk case's lines.
+std::string caseShape(const Case& cs, bool backward) {
+  char shp[96];
+  const bool varlen = !cs.cu.empty();
+  const char* gates = cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "";
+  if (!backward)
+    std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s", cs.B, cs.T, cs.H, cs.dk, cs.dv,
+                  varlen ? " varlen" : "", gates);
+  else
+    std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s%s%s", cs.B, cs.T, cs.H, cs.dk, cs.dv,
+                  varlen ? " varlen" : "", gates, cs.wsigma > 0 ? " g=-exp(w)" : "", cs.h0 ? "" : " noh0",
+                  cs.all_grads ? "" : " no-dq-dg");
+  return shp;
+}
+
+bool caseSelected(const std::string& kind, DType dt, const std::string& shape) {
+  return matchesAny(caseFilter, kind + " " + dtypeName(dt) + " " + shape);
+}
+
 void runChunkCase(const Case& cs) {
   const auto& kind = cs.kind;
   const int B = cs.B, T = cs.T, H = cs.H, dk = cs.dk, dv = cs.dv;
   const bool varlen = !cs.cu.empty();
   const int N = varlen ? int(cs.cu.size()) - 1 : B;
+  const std::string shp = caseShape(cs, false), kn = "fwd " + kindName(kind);
+  if (!caseSelected(kn, cs.dtype, shp)) return;
   Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0, cs.wsigma);
   const double scale = 1.0 / std::sqrt(double(dk));
   const size_t tok = size_t(B) * T * H;
@@ -369,11 +412,8 @@ void runChunkCase(const Case& cs) {
   const auto ht_f = download<float>(ht, ht_ref.size());
   const std::vector<double> ht_dev(ht_f.begin(), ht_f.end());
 
-  char shp[96];
-  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
-                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "");
-  report("fwd " + kindName(kind), cs.dtype, shp, "o", relRms(o_dev, o_ref));
-  report("fwd " + kindName(kind), cs.dtype, shp, "ht", relRms(ht_dev, ht_ref));
+  report(kn, cs.dtype, shp, "o", relRms(o_dev, o_ref));
+  report(kn, cs.dtype, shp, "ht", relRms(ht_dev, ht_ref));
 }
 
 void runStepCase(const RecurrenceKind& kind, DType dt, int B, int H, int dk, int dv) {
@@ -473,6 +513,8 @@ void runBwdCase(const Case& cs) {
   const bool varlen = !cs.cu.empty();
   const int N = varlen ? int(cs.cu.size()) - 1 : B;
   const bool delta = kind.update == UpdateRule::Delta, excl = kind.readout == Readout::ExclusiveBonus;
+  const std::string shp = caseShape(cs, true), kn = "bwd " + kindName(kind);
+  if (!caseSelected(kn, cs.dtype, shp)) return;
   Inputs in = makeInputs(kind, cs.dtype, B, T, H, dk, dv, N, cs.gmul, cs.gclamp, cs.h0, cs.wsigma);
   const double scale = 1.0 / std::sqrt(double(dk));
   const size_t tok = size_t(B) * T * H, SS = size_t(dk) * dv;
@@ -626,11 +668,6 @@ void runBwdCase(const Case& cs) {
     const auto f = download<float>(b, n);
     return std::vector<double>(f.begin(), f.end());
   };
-  char shp[96];
-  std::snprintf(shp, sizeof shp, "B%d T%d H%d dk%d dv%d%s%s%s%s%s", B, T, H, dk, dv, varlen ? " varlen" : "",
-                cs.gclamp > -1e29 ? (cs.gclamp <= -20 ? " g>=-20" : " g>=-5") : "", cs.wsigma > 0 ? " g=-exp(w)" : "",
-                cs.h0 ? "" : " noh0", cs.all_grads ? "" : " no-dq-dg");
-  const std::string kn = "bwd " + kindName(kind);
   const int failsBefore = g_fail;
   if (cs.all_grads) report(kn, cs.dtype, shp, "dq", relRms(get(dq, rdq.size(), true), rdq));
   report(kn, cs.dtype, shp, "dk", relRms(get(dkb, rdk.size(), true), rdk));
@@ -856,17 +893,7 @@ void checkAutotune() {
 /// where a part names the token: "additive-fixed" is the first shape's row, "T16384" every row
 /// at that shape.
 const char* benchRows = nullptr;
-bool benchRow(const char* name) {
-  if (benchRows == nullptr) return true;
-  const std::string rows = benchRows;
-  for (size_t from = 0; from <= rows.size();) {
-    const size_t comma = std::min(rows.find(',', from), rows.size());
-    const std::string part = rows.substr(from, comma - from);
-    if (!part.empty() && std::strstr(name, part.c_str()) != nullptr) return true;
-    from = comma + 1;
-  }
-  return false;
-}
+bool benchRow(const char* name) { return matchesAny(benchRows, name); }
 
 void bench() {
   struct Row { const char* name; RecurrenceKind kind; double anchor; };
@@ -1135,6 +1162,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-bwd")) do_bwd = false;
     else if (!std::strcmp(argv[i], "--no-fwd")) do_fwd = false;
     else if (!std::strcmp(argv[i], "--bench-rows") && i + 1 < argc) benchRows = argv[++i];
+    else if (!std::strcmp(argv[i], "--cases") && i + 1 < argc) caseFilter = argv[++i];
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--dump-failing") && i + 1 < argc) g_dump_dir = argv[++i];
   }
