@@ -19,7 +19,7 @@
 // Cost: ~3 token steps of O(dk dv) per token, no tensor cores: slow but exact for every kind.
 // Determinism: dv, dh0, d_u, fixed dg are deterministic; dq, dk, scalar / diagonal dg and dbeta
 // sum float partials with atomics (order may vary at the rounding level between runs), which
-// chunkBackwardAtomics reports for torch's deterministic mode.
+// chunkBackwardAtomics reports for torch's deterministic mode (the other paths use no atomics).
 #include "chunk_backward_paths.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -675,9 +675,6 @@ const char* chunkBackwardAtomics(const RecurrenceKind& kind, DType dtype, const 
   const int64_t num_seqs = backwardSequences(kind, shape, args);
   if (num_seqs == 0) return nullptr;
   switch (chooseBackwardPath(kind, dtype, shape, args, num_seqs)) {
-    case BackwardPath::Delta:
-      return "the delta rule's mma.sync backward (chunk_backward_delta_wy.cu / _dqdk.cu: shared-memory float "
-             "atomics for d_beta and the decay gradient)";
     case BackwardPath::Exact:
       return "the exact per-token backward (chunk_backward.cu: float atomics for d_q, d_k, d_g and d_beta)";
     default: return nullptr;  // every gradient written once, in a fixed order

@@ -58,8 +58,9 @@
 // error in dg and dbeta (sums of differences of large terms; the additive path's host emulation
 // found 1.7e-3 for a tf32 dg); a 1xTF32 instantiation (Precise = false) is a candidate when
 // neither is requested. Every exponent is <= 0, so strong
-// gates underflow to 0, never overflow. Row reductions (db, kd, dbeta) use shared atomics
-// (order-nondeterministic at the rounding level); every global output is written once.
+// gates underflow to 0, never overflow. Row reductions (db, kd, dbeta) go to one row per column
+// half of a warp tile (rowSumsInto: one writer each) added by the reader, E's column sums run in a
+// fixed order: no atomics, deterministic; every global output is written once.
 // Workspace (workspace.h): X [slots, H, C, C], W/dW [rows, dk], U/D [rows, dv],
 // dD [rows, dv], S and dS [slots, H, dk, dv], dk partial [rows, dk], db / kd / Z partials.
 #include "chunk_backward_delta.cuh"

@@ -124,11 +124,13 @@ __device__ __forceinline__ void asyncRowsF32(float* dst, int ld, const float* sr
   }
 }
 
-/// Per-row sums over a warp's 16 x 32 accumulator tile of x * wt(r, c), added to sRow[r] with
-/// shared atomics (two warps share each row).
+/// Per-row sums over a warp's 16 x 32 accumulator tile of x * wt(r, c), added to the warp's own
+/// half of a row: halves [2][kC], half n0 / 32 (the two warps of a 16-row tile hold the columns
+/// 0-31 and 32-63; their rows meet only where the reader adds halves[0][r] + halves[1][r]). Each
+/// (half, row) has one writer, so the sums are plain adds in a fixed order: deterministic.
 template <typename F>
-__device__ __forceinline__ void rowSumsAtomic(float (&acc)[kNT][4], int m0, int n0, float* sRow,
-                                              F&& wt) {
+__device__ __forceinline__ void rowSumsInto(float (&acc)[kNT][4], int m0, int n0, float* halves,
+                                            F&& wt) {
   float r0 = 0.f, r1 = 0.f;
   tile::forEachAcc(acc, m0, n0, [&](int r, int c, float& x) {
     const float y = x * wt(r, c);
@@ -142,8 +144,9 @@ __device__ __forceinline__ void rowSumsAtomic(float (&acc)[kNT][4], int m0, int 
   }
   const tile::Lane ln;
   if (ln.q == 0) {
-    atomicAdd(sRow + m0 + ln.g, r0);
-    atomicAdd(sRow + m0 + ln.g + 8, r1);
+    float* half = halves + (n0 / 32) * kC;
+    half[m0 + ln.g] += r0;
+    half[m0 + ln.g + 8] += r1;
   }
 }
 

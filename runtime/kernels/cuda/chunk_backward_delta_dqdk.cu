@@ -25,9 +25,9 @@ struct DqdkSmem {
   static constexpr int Bc = dA + kC * kLdA;   // [C] b (doubles)
   static constexpr int Eb = Bc + 2 * kC;      // [C] exp(b)
   static constexpr int Ec = Eb + kC;          // [C] exp(b_C - b)
-  static constexpr int Row = Ec + kC;         // [C] db partial rows
-  static constexpr int Kd = Row + kC;         // [C] k . dk_Kd partial rows
-  static constexpr int Dg = Kd + kC;          // [C] dA'_tt (the diagonal of dA')
+  static constexpr int Row = Ec + kC;         // [2, C] db partial rows, by column half (rowSumsInto)
+  static constexpr int Kd = Row + 2 * kC;     // [2, C] k . dk_Kd partial rows, by column half
+  static constexpr int Dg = Kd + 2 * kC;      // [C] dA'_tt (the diagonal of dA')
   static constexpr int Red = Dg + kC;         // [kWarps]
   static constexpr int total = Red + kWarps;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
 
   loadChunkScalars<Precise>(p, tok0, lc, h, sB, sEb, sEc, nullptr);
   if (tid < kC) {
-    sRow[tid] = 0.f;
-    sKd[tid] = 0.f;
+    sRow[tid] = sRow[kC + tid] = 0.f;
+    sKd[tid] = sKd[kC + tid] = 0.f;
   }
 
   float aq[kNT][4], ak[kNT][4], aw[kNT][4], ada[kNT][4];
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
                                 [&](int s, int c) { return sK[s * kLdB + c]; });
   // dk (Kd part) = exp(b_C - b) . ak; its rows k_s . dk_Kd_s go to db on their own (kdpart)
   forEachAcc(ak, m0, n0, [&](int s, int, float& x) { x *= sEc[s]; });
-  if (want_db) rowSumsAtomic(ak, m0, n0, sKd, [&](int s, int c) { return sK[s * kLdB + c]; });
+  if (want_db) rowSumsInto(ak, m0, n0, sKd, [&](int s, int c) { return sK[s * kLdB + c]; });
   // dk (intra part) = dA'^T Q  (t > s >= m0: k runs over t = m0 + kk), in its own accumulator
   float ai[kNT][4];
   zeroAcc(ai);
@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
       [&](int kk, int c) { return sQ[(m0 + kk) * kLdB + c]; });
   if (want_db) {
     // db_t partial = q_t . dq_t - k_t . dk_intra_t (this key slice, dA' without its diagonal)
-    rowSumsAtomic(aq, m0, n0, sRow, [&](int t, int c) { return sQ[t * kLdB + c]; });
-    rowSumsAtomic(ai, m0, n0, sRow, [&](int t, int c) { return -sK[t * kLdB + c]; });
+    rowSumsInto(aq, m0, n0, sRow, [&](int t, int c) { return sQ[t * kLdB + c]; });
+    rowSumsInto(ai, m0, n0, sRow, [&](int t, int c) { return -sK[t * kLdB + c]; });
   }
   // dq_t += dA'_tt k_t; dk_t = Kd part + intra part + dA'_tt q_t
 #pragma unroll
@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(kThreads, 2) dqdkKernel(const DeltaBwdParams<T
     if (lane == 0) sRed[warp] = z;
     __syncthreads();
     if (tid < lc) {
-      p.dbpart[ks * p.rows + (tok0 + tid) * H + h] = sRow[tid];
-      p.kdpart[ks * p.rows + (tok0 + tid) * H + h] = sKd[tid];
+      p.dbpart[ks * p.rows + (tok0 + tid) * H + h] = sRow[tid] + sRow[kC + tid];
+      p.kdpart[ks * p.rows + (tok0 + tid) * H + h] = sKd[tid] + sKd[kC + tid];
     }
     if (tid == 0) {
       float a = 0.f;

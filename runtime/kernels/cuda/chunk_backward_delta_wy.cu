@@ -25,9 +25,12 @@ struct WySmem {
   static constexpr int Bc = P1 + kC * kLdB;   // [C] b (doubles)
   static constexpr int Eb = Bc + 2 * kC;      // [C] exp(b)
   static constexpr int Beta = Eb + kC;        // [C]
-  static constexpr int Db = Beta + kC;        // [C] db
-  static constexpr int Dbeta = Db + kC;       // [C] dbeta
-  static constexpr int Kd = Dbeta + kC;       // [C] k . dk_Kd
+  static constexpr int Db = Beta + kC;        // [C] db: pass 4's partials, summed
+  static constexpr int DbRows = Db + kC;      // [2, C] db's row sums here, by column half (rowSumsInto)
+  static constexpr int DbCols = DbRows + 2 * kC;  // [C] db's column sums of E, a fixed order
+  static constexpr int Dbeta = DbCols + kC;   // [C] dbeta: sum_t dTm_ts X_ts
+  static constexpr int DbetaRows = Dbeta + kC;  // [2, C] dbeta's row sums of dL . G, by column half
+  static constexpr int Kd = DbetaRows + 2 * kC;  // [C] k . dk_Kd
   static constexpr int total = Kd + kC;
   static constexpr size_t bytes = size_t(total) * sizeof(float);
 };
@@ -50,7 +53,10 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
   float* sEb = smem + L::Eb;
   float* sBeta = smem + L::Beta;
   float* sDb = smem + L::Db;
+  float* sDbRows = smem + L::DbRows;
+  float* sDbCols = smem + L::DbCols;
   float* sDbeta = smem + L::Dbeta;
+  float* sDbetaRows = smem + L::DbetaRows;
   float* sKd = smem + L::Kd;
 
   int n;
@@ -76,6 +82,8 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
       }
     sDb[tid] = a;
     sKd[tid] = kd;
+    sDbRows[tid] = sDbRows[kC + tid] = 0.f;
+    sDbetaRows[tid] = sDbetaRows[kC + tid] = 0.f;
   }
 
   auto tm = [&](int t, int s) { return sX[t * kLdB + s] * sBeta[s]; };  // Tm[t][s]
@@ -137,7 +145,10 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     forEachAcc(acc, m0, n0, [&](int t, int u, float& x) { sY[t * kLdB + u] = x; });
   }
   __syncthreads();  // sY complete, sT (dTm) reads done, sDbeta initialized
-  {  // dL = -X^T Y (strict lower); dM = dL beta_a Gam; E = dL . L feeds db; dL . G feeds dbeta
+  // dL = -X^T Y (strict lower); dM = dL beta_a Gam; E = dL . L feeds db (its rows and columns);
+  // dL . G feeds dbeta. E is stored over G (each element read, then written, by one thread; G is
+  // not read again) for its column sums below.
+  {
     float acc[kNT][4];
     zeroAcc(acc);
     if (!upper)
@@ -153,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
         const float e = x * ba * gv;
         if (a - m0 < 8) { rb0 += x * gv; re0 += e; }
         else { rb1 += x * gv; re1 += e; }
-        if (want_db) atomicAdd(sDb + u, -e);
+        if (want_db) sG[a * kLdA + u] = e;
         dm = x * ba * decayRatio<Precise>(sB, a, u);
       }
       sT[a * kLdA + u] = dm;
@@ -166,14 +177,23 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
       re1 += __shfl_xor_sync(0xffffffffu, re1, off);
     }
     const Lane ln;
-    if (ln.q == 0) {
-      atomicAdd(sDbeta + m0 + ln.g, rb0);
-      atomicAdd(sDbeta + m0 + ln.g + 8, rb1);
+    if (ln.q == 0) {  // each (column half, row) has this one writer (rowSumsInto's layout)
+      float* dbetaRows = sDbetaRows + (n0 / 32) * kC;
+      dbetaRows[m0 + ln.g] += rb0;
+      dbetaRows[m0 + ln.g + 8] += rb1;
       if (want_db) {
-        atomicAdd(sDb + m0 + ln.g, re0);
-        atomicAdd(sDb + m0 + ln.g + 8, re1);
+        float* dbRows = sDbRows + (n0 / 32) * kC;
+        dbRows[m0 + ln.g] += re0;
+        dbRows[m0 + ln.g + 8] += re1;
       }
     }
+  }
+  __syncthreads();  // E complete
+  if (want_db && tid < kC) {  // db_u -= sum_{a > u} E[a][u], a ascending
+    const int u = tid;
+    float a = 0.f;
+    for (int r = u + 1; r < kC; ++r) a += sG[r * kLdA + u];
+    sDbCols[u] = a;
   }
   // Key slices: dk = dkpart + exp(b) . (Tm^T dW) + dM K + dM^T K; db_s += k_s . exp(b_s)(Tm^T dW)_s
   for (int c0 = 0; c0 < DK; c0 += kSlice) {
@@ -188,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
         acc, m0, n0, kC - m0, [&](int s, int kk) { return tm(m0 + kk, s); },
         [&](int kk, int c) { return sP0[(m0 + kk) * kLdB + c]; });
     forEachAcc(acc, m0, n0, [&](int s, int, float& x) { x *= sEb[s]; });
-    if (want_db) rowSumsAtomic(acc, m0, n0, sDb, [&](int s, int c) { return sP1[s * kLdB + c]; });
+    if (want_db) rowSumsInto(acc, m0, n0, sDbRows, [&](int s, int c) { return sP1[s * kLdB + c]; });
     if (p.dk) {
       warpTileProduct<kNT, Precise, kStagedSums<T>>(acc, m0, n0, m0 + 16, [&](int s, int u) { return sT[s * kLdA + u]; },
                                     [&](int u, int c) { return sP1[u * kLdB + c]; });
@@ -202,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
       storeAcc<T, kNT>(p.dk + (tok0 * H + h) * DK + c0, int64_t(H) * DK, acc, m0, n0, lc, 1.f);
     }
   }
-  __syncthreads();  // sDb, sDbeta complete
-  if (p.dbeta && tid < lc) p.dbeta[(tok0 + tid) * H + h] = sDbeta[tid];
+  __syncthreads();  // db's and dbeta's parts complete
+  if (p.dbeta && tid < lc) p.dbeta[(tok0 + tid) * H + h] = (sDbeta[tid] + sDbetaRows[tid]) + sDbetaRows[kC + tid];
   if (want_db && tid == 0) {
     // dg_t = Z + sum_{t' >= t} db_t' + sum_{s < t} kd_s, in double: acc = Z + sum_s kd_s, then
     // acc += db_t - kd_t walking back (the same fp32 kd_s on both sides cancel exactly)
@@ -211,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 2) wyBwdKernel(const DeltaBwdParams<
     for (int s = 0; s < nks; ++s) acc += p.zpart[s * (p.slots * H) + int64_t(blockIdx.x) * H + h];
     for (int t = 0; t < kC; ++t) acc += sKd[t];
     for (int t = kC - 1; t >= 0; --t) {
-      acc += double(sDb[t]) - double(sKd[t]);
+      const double db = double(sDb[t]) + double(sDbRows[t]) + double(sDbRows[kC + t]) - double(sDbCols[t]);
+      acc += db - double(sKd[t]);
       if (t < lc) p.dg[(tok0 + t) * H + h] = float(acc);
     }
   }

@@ -8,8 +8,8 @@ lo*hi, hi*lo, hi*hi of each k-step of 8 summed exactly and added to the fp32 acc
 toward zero: the tensor cores truncate their fp32 accumulation (Fasi et al., "Numerical behavior
 of NVIDIA tensor cores", PeerJ CS 2021, for V100 / T4 / A100; Khattak and Mikaitis, arXiv
 2512.07004, for H100); --rn rounds to nearest instead), the in-chunk cumsum b in double, exp in
-fp32, X by fp32 forward substitution, the row sums (shared atomics) and the reductions in the
-kernels' order, dg's reverse cumsum in double. Every named value can be made exact (float64)
+fp32, X by fp32 forward substitution, the row sums (per column half, added by the reader) and
+the reductions in the kernels' order, dg's reverse cumsum in double. Every named value can be made exact (float64)
 alone, to attribute the error (--attribute).
 FIXES, the kernels' changes for strong gates (--unfixed models the kernels before them):
   dbdiag   dA'_tt (q_t.k_t), in q_t.dq_t and k_t.dk_t alike, is left out of db's row sums;
@@ -104,21 +104,30 @@ class Kernel:
             acc = acc + t
         return acc.astype(np.float64)
 
-    def rowsum_atomic(self, y, name, row):
-        """rowSumsAtomic on a 64 x 64 tile of products y (fp32): per lane 8 sequential terms, a
-        4-lane xor tree, then the two column-half warps' atomics into row."""
+    def rowsum_halves(self, y, name, halves):
+        """rowSumsInto on a 64 x 64 tile of products y (fp32): per lane 8 sequential terms, a
+        4-lane xor tree, then each column half's warp adds its sums to its own row of halves [2, C]
+        (the reader adds the two halves, half 0 first)."""
+        halves = np.array(halves, dtype=np.float64)
         if not self.on(name):
-            return row + y.sum(1)
+            return halves + np.stack([y[:, :32].sum(1), y[:, 32:].sum(1)])
         y32 = np.asarray(y, F32)
-        for n0 in (0, 32):
+        for j, n0 in enumerate((0, 32)):
             lanes = []
             for q in range(4):
-                cols = [n0 + 8 * j + 2 * q + e for j in range(4) for e in range(2)]
+                cols = [n0 + 8 * jj + 2 * q + e for jj in range(4) for e in range(2)]
                 lanes.append(self.seqsum(y32[:, cols].T, name).astype(F32))
             a = [lanes[0] + lanes[1], lanes[1] + lanes[0], lanes[2] + lanes[3], lanes[3] + lanes[2]]
             tot = a[0] + a[2]
-            row = (np.asarray(row, F32) + tot).astype(np.float64)
-        return row
+            halves[j] = (np.asarray(halves[j], F32) + tot).astype(np.float64)
+        return halves
+
+    def halves_sum(self, halves, name, start=None):
+        """start + halves[0] + halves[1], one fp32 rounding per addition (exact when name is)."""
+        if not self.on(name):
+            return halves.sum(0) if start is None else start + halves.sum(0)
+        acc = np.asarray(halves[0], F32) if start is None else np.asarray(start, F32) + np.asarray(halves[0], F32)
+        return (acc + np.asarray(halves[1], F32)).astype(np.float64)
 
     def warp_reduce(self, x, name):
         """Per-thread values [256]: xor-shuffle tree in each warp, then warps 0..7 in order."""
@@ -251,15 +260,15 @@ def sequence_backward(K, x, scale):
             if "kdsplit" in K.fixed:
                 # k_s.dk_kd_s as rows of their own (kdpart; dg_t gets their sum over s < t), not in
                 # Z nor in db; the intra part in a fresh accumulator for db's row sums
-                kd = K.rowsum_atomic(zk_terms, "z", kd)
+                kd = K.halves_sum(K.rowsum_halves(zk_terms, "z", np.zeros((2, C))), "z")
                 zk_terms = np.zeros_like(zk_terms)
                 ai = K.mm(dAp.T, Qc[:, cs], "dkkd")
             else:
                 ak = K.mm(dAp.T, Qc[:, cs], "dkkd", acc=ak)
                 ai = ak
-            row = np.zeros(C)
-            row = K.rowsum_atomic(K.r(aq * Qc[:, cs], "dbq"), "dbq", row)
-            row = K.rowsum_atomic(K.r(-ai * Kc[:, cs], "dbk"), "dbk", row)
+            rows = K.rowsum_halves(K.r(aq * Qc[:, cs], "dbq"), "dbq", np.zeros((2, C)))
+            rows = K.rowsum_halves(K.r(-ai * Kc[:, cs], "dbk"), "dbk", rows)
+            row = K.halves_sum(rows, "dbq")
             if "kdsplit" in K.fixed:
                 ak = K.r(ak + ai, "dkkd")
             if diag:  # x += dA'_tt k_t (one fp32 FMA)
@@ -294,24 +303,27 @@ def sequence_backward(K, x, scale):
         Y = K.mm(dTm, Tm.T, "Y")
         dL = np.where(tri_s, K.mm(-Xc.T, Y, "dL"), 0.0)
         E = np.where(tri_s, K.r(K.r(dL * bt[:, None], "E") * G, "E"), 0.0)
-        # sDb[u] -= e per element (atomics, a ascending), then the row sums of x.gv and e
-        sDb = K.seqsum(-E, "E", start=sDb)
+        # E's column sums (one thread a column, a ascending), its row sums and those of x.gv by
+        # column half (rowSumsInto's layout), added when db and dbeta are read
+        colE = K.seqsum(E, "E")
         rbt = np.where(tri_s, K.r(dL * G, "rb"), 0.0)
-        dbeta = K.rowsum_atomic(rbt, "rb", dbeta)
-        sDb = K.rowsum_atomic(E, "E", sDb)
+        dbeta = K.halves_sum(K.rowsum_halves(rbt, "rb", np.zeros((2, C))), "rb", start=dbeta)
+        dbRows = K.rowsum_halves(E, "E", np.zeros((2, C)))
         dM = np.where(tri_s, K.r(K.r(dL * bt[:, None], "dM") * ratio, "dM"), 0.0)
         dk = np.zeros_like(Kc)
         for ks in range(nks):
             cs = slice(64 * ks, 64 * ks + 64)
             acc = K.mm(Tm.T, dW[:, cs], "tdw")
             acc = K.r(acc * eb[:, None], "tdw")
-            sDb = K.rowsum_atomic(K.r(Kc[:, cs] * acc, "dbw"), "dbw", sDb)
+            dbRows = K.rowsum_halves(K.r(Kc[:, cs] * acc, "dbw"), "dbw", dbRows)
             acc = K.mm(dM, Kc[:, cs], "dk", acc=acc)
             acc = K.mm(dM.T, Kc[:, cs], "dk", acc=acc)
             dk[:, cs] = K.r(acc + dkpart[:, cs], "dk")
         out["k"][s] = dk
         out["v"][s] = K.r(K.mm(Tm.T, dDc, "dk"), "out")
         out["beta"][s] = K.r(dbeta, "out")
+        # db_t = pass 4's partials + the row halves - E's column sums, in double (fp32 values)
+        sDb = sDb + dbRows[0] + dbRows[1] - colE
         # dg_t = Z + sum_{t' >= t} db_t' (+ sum_{s < t} kd_s), in double
         sKd = K.seqsum(np.array(kdpart), "dbsum")
         acc = float(np.sum(zpart)) + float(np.sum(sKd))

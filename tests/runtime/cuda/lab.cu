@@ -5,7 +5,8 @@
 // shape. Exit: 0 all pass, 1 a failure, 77 no GPU (ctest SKIP_RETURN_CODE).
 // Backward checks: float64 reverse-mode sweep of the token recurrence (all gradients; a fixed
 // decay's d_g, a sum over every token, against the larger of its norm and its per-token terms', as
-// `linac verify` measures it), and forward+backward timings.
+// `linac verify` measures it); where the path is called deterministic (chunkBackwardAtomics), the
+// same bits from a second run ("bits"); forward+backward timings.
 // Forward timings run the default dispatch (the Hopper stages on an H200 where they apply) and,
 // beside it, the mma.sync skeleton (LINAC_HOPPER=0).
 // Usage: linac_cuda_lab [--quick | --fwd-only | --bench-only] [--no-bench] [--no-bwd] [--no-fwd] [--hopper-bwd]
@@ -659,6 +660,21 @@ void runBwdCase(const Case& cs) {
   a.d_u = du.as<float>(); a.d_h0 = dh0.as<float>();
   kc::chunkBackward(kind, cs.dtype, shape, a, nullptr);
   LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+  // A path that chunkBackwardAtomics calls deterministic gives the same bits on a second run (into
+  // freshly poisoned outputs): the "bits" line (0 when equal).
+  const bool deterministic = kc::chunkBackwardAtomics(kind, cs.dtype, shape, a) == nullptr;
+  bool sameBits = true;
+  if (deterministic) {
+    const DevBuf* outs[] = {&dq, &dkb, &dvb, &dg, &db, &du, &dh0};
+    auto bytesOf = [](const DevBuf& b) { return b.bytes ? download<uint8_t>(b, b.bytes) : std::vector<uint8_t>{}; };
+    std::vector<std::vector<uint8_t>> first;
+    for (const DevBuf* b : outs) first.push_back(bytesOf(*b));
+    for (DevBuf* b : {&dq, &dkb, &dvb, &dg, &db, &du, &dh0})
+      if (b->bytes) b->poison();
+    kc::chunkBackward(kind, cs.dtype, shape, a, nullptr);
+    LINAC_CUDA_CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < first.size(); ++i) sameBits &= bytesOf(*outs[i]) == first[i];
+  }
   auto get = [&](const DevBuf& b, size_t n, bool typed) {
     if (typed) {
       std::vector<uint8_t> raw(b.bytes);
@@ -696,6 +712,7 @@ void runBwdCase(const Case& cs) {
   if (delta) report(kn, cs.dtype, shp, "dbet", relRms(get(db, rdb.size(), false), rdb));
   if (excl) report(kn, cs.dtype, shp, "du", relRms(get(du, rdu.size(), false), rdu));
   if (cs.h0) report(kn, cs.dtype, shp, "dh0", relRms(get(dh0, rdh0.size(), false), rdh0));
+  if (deterministic) report(kn, cs.dtype, shp, "bits", sameBits ? 0.0 : INFINITY);
   if (!g_dump_dir || g_fail == failsBefore) return;
 
   // The draw, the float64 reference and the kernels' gradients, for the host to replay.
