@@ -151,10 +151,11 @@ def replay(path):
 def replay_diagonal(meta, arrays, low):
     """Steps 1-2 for the diagonal decay (diag_bwd_host_check.py's chunk algorithm with the kernels'
     roundings), Ks and Qs in two 16-bit halves where the lab's case marks the decay's gradient
-    precise (its -exp(w) cases), else one, as the default dispatch runs them; then the error with
-    the other number of halves."""
+    precise (its precise_decay_grad; files written before it carried that field: the -exp(w)
+    cases), else one, as the default dispatch runs them; then the error with the other number of
+    halves."""
     excl = meta["kind"].endswith("-bonus")
-    two = "exp(w)" in meta["shape"]
+    two = bool(meta["precise_decay_grad"]) if "precise_decay_grad" in meta else "exp(w)" in meta["shape"]
     parts = pieces(meta, arrays)
     where = [p[1] for p in parts]
     u = arrays.get("u")
@@ -242,7 +243,9 @@ def self_test_diagonal(writer):
         for f in grads:
             refs[f][b, :, 0], grads[f][b, :, 0] = ref[f], got[f]
     fields = {"kind": "additive-diag-bonus", "dtype": "bf16", "shape": f"B{B} T{T} H1 dk{dk} dv{dv} g>=-20", "seed": "31"}
-    return write_and_replay(writer, fields, dict(B=B, T=T, H=1, dk=dk, dv=dv, N=B, scale=dk ** -0.5), [],
+    # one half, as the field says (the lab writes it; an exclusive diagonal case now sets it)
+    return write_and_replay(writer, fields, dict(B=B, T=T, H=1, dk=dk, dv=dv, N=B, scale=dk ** -0.5,
+                                                 precise_decay_grad=0.0), [],
                             inputs, refs, grads, 4, "additive-diag-bonus")
 
 

@@ -724,6 +724,7 @@ void runBwdCase(const Case& cs) {
   for (const auto& [key, value] : {std::pair<const char*, int>{"B", B}, {"T", T}, {"H", H}, {"dk", dk}, {"dv", dv}, {"N", N}})
     dump.meta(key, double(value));
   dump.meta("scale", scale);
+  dump.meta("precise_decay_grad", kind.preciseDecayGrad ? 1.0 : 0.0);  // the Hopper diagonal stage's two halves
   dump.meta("cu_seqlens", cs.cu);
   const std::vector<int64_t> tokK{B, T, H, dk}, tokV{B, T, H, dv}, tokens{B, T, H}, heads{H, dk},
       states{N, H, dk, dv};
