@@ -7,7 +7,8 @@
 # LAB_PREBUILT=1 runs that binary instead of building (a build recompiles only the objects whose
 # source, headers or flags changed); SANITIZE=0 skips compute-sanitizer, SANITIZE_TOOLS names its
 # tools (default "memcheck racecheck"; synccheck, initcheck too), RACECHECK_ARGS adds racecheck's
-# options, SANITIZE_ARGS adds the lab's switches to its runs (e.g. --hopper-fused-reverse). The
+# options and RACECHECK_REPEAT runs it N times, SANITIZE_ARGS adds the lab's switches to its runs
+# (e.g. --hopper-fused-reverse, or --cases TEXT for one case). The
 # Hopper stages (runtime/kernels/cuda/hopper) are built when bench/cutlass_include.sh finds CuTe.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -101,13 +102,16 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 echo "== compute-sanitizer (small cases)"
 : >"$OUT/sanitizer.log"
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
-  extra=()
-  # e.g. RACECHECK_ARGS="--racecheck-report all": every hazard with both accesses' lines
-  [ "$tool" = racecheck ] && read -ra extra <<< "${RACECHECK_ARGS:-}"
-  # shellcheck disable=SC2086
-  timeout 180 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench \
-    --untimed ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
-  echo "$tool rc=$?"; tail -3 "$OUT/sanitizer.log"
+  extra=() runs=1
+  # e.g. RACECHECK_ARGS="--racecheck-report all": every hazard with both accesses' lines;
+  # RACECHECK_REPEAT=N: racecheck N times (an intermittent report; with SANITIZE_ARGS="--cases ...")
+  [ "$tool" = racecheck ] && read -ra extra <<< "${RACECHECK_ARGS:-}" && runs=${RACECHECK_REPEAT:-1}
+  for _ in $(seq 1 "$runs"); do
+    # shellcheck disable=SC2086
+    timeout 180 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 "$B/linac_cuda_lab" --quick --no-bench \
+      --untimed ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
+    echo "$tool rc=$?"; tail -3 "$OUT/sanitizer.log"
+  done
 done
 fi
 
