@@ -19,7 +19,7 @@ struct WySmem {
   static constexpr int Xm = 0;                // [C, kLdB] X
   static constexpr int Tg = Xm + kC * kLdB;   // [C, kLdA] dTm (lower incl.), later dM
   static constexpr int Y = Tg + kC * kLdA;    // [C, kLdB] dTm Tm^T
-  static constexpr int G = Y + kC * kLdB;     // [C, kLdA] G = K K^T . Gam (strict lower)
+  static constexpr int G = Y + kC * kLdB;     // [C, kLdA] G = K K^T . Gam (strict lower), then E = dL . L
   static constexpr int P0 = G + kC * kLdA;    // [C, kLdB] dD / dW
   static constexpr int P1 = P0 + kC * kLdB;   // [C, kLdB] V / K
   static constexpr int Bc = P1 + kC * kLdB;   // [C] b (doubles)
