@@ -644,8 +644,12 @@ void runBwdCase(const Case& cs) {
   DevBuf cu(cs.cu.data(), cs.cu.size() * 8), dO(dob.data(), dob.size()), dht(dhtf.data(), dhtf.size() * 4);
   DevBuf dq(tok * dk * es), dkb(tok * dk * es), dvb(tok * dv * es), dg(rdg.size() * 4),
       db(delta ? tok * 4 : 0), du(excl ? rdu.size() * 4 : 0), dh0(rdh0.size() * 4);
-  for (DevBuf* b : {&dq, &dkb, &dvb, &dg, &db, &du, &dh0})
-    if (b->bytes) b->poison();
+  DevBuf* const outs[] = {&dq, &dkb, &dvb, &dg, &db, &du, &dh0};
+  auto poisonOutputs = [&] {
+    for (DevBuf* b : outs)
+      if (b->bytes) b->poison();
+  };
+  poisonOutputs();
   RecurrenceShape shape;
   shape.batch = B; shape.seq_len = T; shape.heads = H; shape.key_dim = dk; shape.value_dim = dv;
   shape.cu_seqlens = varlen ? cu.as<int64_t>() : nullptr;
@@ -665,12 +669,10 @@ void runBwdCase(const Case& cs) {
   const bool deterministic = kc::chunkBackwardAtomics(kind, cs.dtype, shape, a) == nullptr;
   bool sameBits = true;
   if (deterministic) {
-    const DevBuf* outs[] = {&dq, &dkb, &dvb, &dg, &db, &du, &dh0};
     auto bytesOf = [](const DevBuf& b) { return b.bytes ? download<uint8_t>(b, b.bytes) : std::vector<uint8_t>{}; };
     std::vector<std::vector<uint8_t>> first;
     for (const DevBuf* b : outs) first.push_back(bytesOf(*b));
-    for (DevBuf* b : {&dq, &dkb, &dvb, &dg, &db, &du, &dh0})
-      if (b->bytes) b->poison();
+    poisonOutputs();
     kc::chunkBackward(kind, cs.dtype, shape, a, nullptr);
     LINAC_CUDA_CHECK(cudaDeviceSynchronize());
     for (size_t i = 0; i < first.size(); ++i) sameBits &= bytesOf(*outs[i]) == first[i];
