@@ -616,7 +616,7 @@ Command addTrainCommand(CLI::App& root) {
                 "activation checkpointing per block: recompute each block in the backward (less memory)");
   app->add_flag("--deterministic", f->deterministic,
                 "the same bits on every run: torch's deterministic algorithms, an error for a linac CUDA "
-                "kernel that sums with atomics (the exact backward, the fp32 / pre-Hopper delta backward), and "
+                "kernel that sums with atomics (the exact per-token backward), and "
                 "the kernels' fixed heuristics instead of timed choices (LINAC_AUTOTUNE=0)");
   app->add_flag("--find-batch", f->findBatch,
                 "instead of training: the largest --batch whose training step (forward, backward, AdamW) fits the "
