@@ -48,7 +48,9 @@ srcs=(runtime/kernels/cuda/chunk_forward.cu runtime/kernels/cuda/chunk_forward_f
       runtime/kernels/cuda/chunk_backward_delta_scan.cu runtime/kernels/cuda/chunk_backward_delta_dqdk.cu
       runtime/kernels/cuda/chunk_backward_delta_wy.cu runtime/kernels/cuda/workspace.cu
       runtime/kernels/cuda/autotune.cu
-      "${hopper[@]}" tests/runtime/cuda/lab.cu)
+      "${hopper[@]}" tests/runtime/cuda/lab_common.cu tests/runtime/cuda/lab_forward.cu
+      tests/runtime/cuda/lab_backward.cu tests/runtime/cuda/lab_bench.cu tests/runtime/cuda/lab_cases.cu
+      tests/runtime/cuda/lab.cu)
 # An object is rebuilt unless it is newer than every file its dependency list (nvcc -MMD) names
 # and was compiled with these flags: a header change reaches every object that includes it.
 flags="${NV[*]}"
