@@ -62,7 +62,7 @@ SOURCE = "linac_cuda_lab --bench-only (cudaEvent median of 30 after 5 warm-ups; 
 def split_row(line):
     """A timing row's name (variant, then kind and any shape suffix) and its values: the values
     start at the first token past the kind that is a number, '-', a ratio ('1.23x') or a shape
-    ('8,4096,8,128'); lab.cu pads names to 30 columns, and a longer name runs on past them."""
+    ('8,4096,8,128'); lab_bench.cu pads names to 30 columns, and a longer name runs on past them."""
     tokens = line.split()
     for i in range(2, len(tokens)):
         t = tokens[i]
@@ -80,8 +80,8 @@ def rows(lines, commit, gpu, env=""):
             header, backward = re.split(r"\s{2,}", line.strip())[2:], False
             continue
         if line.startswith("kind") and "bwd ms" in line:
-            # its column names hold single spaces: fixed order (lab.cu's benchBackward; 'fused'
-            # since 2026-12-05, 'alt' since 2026-12-06)
+            # its column names hold single spaces: fixed order (lab_bench.cu's benchBackward;
+            # 'fused' since 2026-12-05, 'alt' since 2026-12-06)
             header = ["bwd ms", "hopper bwd", "bwd no-dg", "fwd+bwd", "fla f+b", "ratio"]
             for third in ("fused", "alt"):
                 if f" {third} " in line:

@@ -115,8 +115,9 @@ def check_compare():
 
 
 def check_lab_rows():
-    """bench/lab_rows.py on timing rows printed with the kernel lab's own formats (lab.cu's bench()
-    and benchBackward(); the lab needs a GPU), names longer than its 30 padded columns included."""
+    """bench/lab_rows.py on timing rows printed with the kernel lab's own formats (lab_bench.cu's
+    bench() and benchBackward(); the lab needs a GPU), names longer than its 30 padded columns
+    included."""
     fwd = "%-30s %-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n"
     bwd = "%-30s %10s %10s %10s %10s %10s %10s %8s\n"
     log = (fwd % ("kind", "B,T,H,D", "default", "column", "overlap", "early", "inline", "blocks32",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fp32 emulation of d_g in the additive rule's mma.sync backward (runtime/kernels/cuda/
-chunk_backward_additive.cu) against the float64 token reverse sweep (the lab's, lab.cu runBwdCase),
-run before any device run.
+chunk_backward_additive.cu) against the float64 token reverse sweep (the lab's, lab_backward.cu
+runBwdCase), run before any device run.
 
 The recurrence, per sequence and head: S_t = exp(g_t) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t,
 loss <dO, o> + <d_ht, S_T>; dg_t = <exp(g_t) S_{t-1}, dS_t>. Decay classes: None has no d_g;
@@ -29,7 +29,7 @@ per-token parts. The kernel now:
 random-sign terms whose elements (of exp(g) S_{t-1} * dS_t) sum to ~200x |total| at the median
 draw and up to ~10^5x at the worst; formed in double from pass 1's fp32 states (staged) they still
 leave draws over the gate, and so do exact states rounded once to fp32.
-Inputs as lab.cu makeInputs: q, k, v, dO ~ N(0, 1); Fixed g_h = log(1 - 2^(-5-h)); Scalar g =
+Inputs as lab_common.cu makeInputs: q, k, v, dO ~ N(0, 1); Fixed g_h = log(1 - 2^(-5-h)); Scalar g =
 max(gclamp, gmul logsigmoid(N)); h0 ~ 0.5 N and d_ht ~ N, or both absent; rel-RMS as the lab's
 relRms (pooled; the fixed class's over its H values). Checks: 1. the transcription with every
 value exact against the token sweep (1e-10); 2. the fp32 model of the kernel over --seeds draws:
@@ -278,7 +278,7 @@ def fixed_total(K, x, scale, path):
     return chunk_terms(x, scale, Sc, dSn, chunked, sl, bs).sum()
 
 
-# ---- cases (lab.cu's fp32 backward cases of this path) ----------------------------------------
+# ---- cases (lab_cases.cu's fp32 backward cases of this path) -----------------------------------
 def draw(rng, T, dk, dv, h0, g):
     x = {n: round_f32(rng.standard_normal((T, d))) for n, d in (("q", dk), ("k", dk), ("v", dv), ("do", dv))}
     x["g"] = g

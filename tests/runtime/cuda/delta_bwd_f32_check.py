@@ -20,7 +20,7 @@ FIXES, the kernels' changes for strong gates (--unfixed models the kernels befor
 The fixed class (one g per head) runs as the scalar class with g at every token, d_g[h] the sum
 of the per-token dg in double; --unfixed models its former path, the exact per-token kernel of
 chunk_backward.cu (fp32 token recurrence and adjoint, dg accumulated in double).
-Cases: the kernel lab's strong-gate backward (lab.cu runBwdCase, B2 T130 H2 dk64 dv64, g =
+Cases: the kernel lab's strong-gate backward (lab_backward.cu runBwdCase, B2 T130 H2 dk64 dv64, g =
 max(-20, 10 logsigmoid(N))) and verify's (kernel_section.cpp, B1 T130 H1 dk256 dv128, g =
 max(-20, logsigmoid(16 N))), a near-zero-gate case, and verify's fixed-class draw (issue 11 item 7:
 B2 T150 H2 dk64 dv192, one g = max(-20, logsigmoid(16 N)) per head); rel-RMS pooled over

@@ -5,8 +5,8 @@ delta_*.cuh), checked before any device run.
 The recurrence (recurrence.h, inclusive readout, decay None or Scalar), per sequence and head:
     S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T,   o_t = scale S_t^T q_t
 with the loss L = <dO, o> + <d_ht, S_T>. Three checks:
-  1. the token-by-token reverse sweep (the lab's reference, lab.cu runBwdCase) against central
-     finite differences of the forward, on a tiny case;
+  1. the token-by-token reverse sweep (the lab's reference, lab_backward.cu runBwdCase) against
+     central finite differences of the forward, on a tiny case;
   2. the chunk algorithm, stage by stage as the kernels run it, in float64, against that sweep on
      the lab's backward shapes (partial chunks, several chunks, strong gates): ~1e-12 expected;
   3. the same chunk algorithm with every value the kernels round rounded to bf16 / fp16 where the
@@ -90,7 +90,7 @@ class Rounding:
         return round_f32(x) if self._on(name) else x
 
 
-# ---- inputs (as lab.cu makeInputs) ------------------------------------------------------------
+# ---- inputs (as lab_common.cu makeInputs) -----------------------------------------------------
 def logsigmoid(x):
     return -np.logaddexp(0.0, -x)
 
@@ -111,7 +111,7 @@ def make_inputs(rng, T, dk, dv, decay, gmul, gclamp, rnd_in):
     return dict(q=rnd_in(q), k=rnd_in(k), v=rnd_in(v), g=g, beta=beta, h0=h0, do=rnd_in(do), dht=dht)
 
 
-# ---- token recurrence and its reverse sweep (lab.cu runBwdCase) ---------------------------------
+# ---- token recurrence and its reverse sweep (lab_backward.cu runBwdCase) ------------------------
 def forward_tokens(x, scale):
     q, k, v, g, beta = x["q"], x["k"], x["v"], x["g"], x["beta"]
     S = x["h0"].copy()

@@ -49,7 +49,7 @@ from delta_bwd_host_check import round_bf16, round_f16, round_f32
 ONE_HALF = False  # --one-half: Ks and Qs rounded once (the default path; the halves need LINAC_HOPPER_DIAG_BWD=1)
 C = 64    # chunk length
 NB = 16   # block of the factorisation
-GATE = 5e-3  # the kernel lab's gate for 16-bit inputs (lab.cu report())
+GATE = 5e-3  # the kernel lab's gate for 16-bit inputs (lab_common.cu report())
 
 
 def exact(x):

@@ -1,6 +1,6 @@
 // lab_dump_writer: writes a lab_dump.h file from raw arrays, so that the format the kernel lab
-// writes (lab.cu --dump-failing) and the one delta_bwd_replay.py reads are checked against each
-// other without a GPU (delta_bwd_replay.py --self-test runs it).
+// writes (lab_backward.cu, --dump-failing) and the one delta_bwd_replay.py reads are checked
+// against each other without a GPU (delta_bwd_replay.py --self-test runs it).
 // Usage: lab_dump_writer OUT [KEY=TEXT | KEY#=NUMBER | KEY@=N,N,...]...
 //                            [f32:NAME=PATH:D,D,... | f64:NAME=PATH:D,D,...]...
 // PATH holds the array's raw little-endian values; D,D,... is its shape. Exit 1 on a bad argument
